@@ -1,0 +1,67 @@
+// attend/detail/attend_rows.hpp — the work shared by every attention: weights from scores, then values.
+//
+// For one (batch row, head) pair, given its scores (queries, keys):
+//   1. masked softmax of every row, in place: the scores become the attention weights, kept for the caller;
+//   2. output = dropout(weights) @ values — dropout only in training, on a copy, so the kept weights are
+//      those before dropout, as in d2l.
+// And scaled_dot_product_heads(), which runs this over every (batch row, head) of projected Q, K, V read through
+// strided column blocks: head h of batch row b is rows b*steps .. of columns h*d .. h*d + d - 1, so no head is
+// ever copied out (the layout transpose_qkv would build).
+#pragma once
+
+#include <attend/dropout.hpp>
+#include <attend/masked_softmax.hpp>
+#include <attend/random.hpp>
+#include <attend/tensor.hpp>
+#include <attend/valid_lens.hpp>
+
+namespace attend {
+namespace detail {
+
+// scores: (queries, keys), row-major, in place -> weights
+// values: (keys, value_dim); output: (queries, value_dim)
+// generator: null when dropout is off (evaluation mode or p = 0).
+template <class Scalar, class Scores, class Values, class Output>
+void attend_rows(Eigen::MatrixBase<Scores>& scores, const ValidLens& valid_lens, Index b,
+                 const Eigen::MatrixBase<Values>& values, Eigen::MatrixBase<Output>& output, Scalar dropout,
+                 Generator* generator) {
+  masked_softmax_block(scores, valid_lens, b);
+  if (generator == nullptr) {
+    output.noalias() = scores * values;
+  } else {
+    Matrix<Scalar> dropped = scores;  // (queries, keys)
+    dropout_inplace(dropped, dropout, *generator);
+    output.noalias() = dropped * values;
+  }
+}
+
+// Scaled dot-product attention for every batch row and head, on projected rows:
+//   Q: (batch * num_queries, num_heads * d)   K: (batch * num_keys, num_heads * d)
+//   V: (batch * num_keys, num_heads * dv)     output: (batch * num_queries, num_heads * dv)
+//   weights: (batch * num_heads, num_queries, num_keys), filled; row b * num_heads + h is head h of batch row b.
+// valid_lens are indexed by batch row (shape checked by the caller); each head reuses its batch row's lengths,
+// as d2l's repeat_interleave does.
+template <class Scalar>
+void scaled_dot_product_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eigen::Ref<const Matrix<Scalar>>& K,
+                              const Eigen::Ref<const Matrix<Scalar>>& V, Index batch, Index num_queries,
+                              Index num_keys, Index num_heads,
+                              const ValidLens& valid_lens, Tensor3<Scalar>& weights, Eigen::Ref<Matrix<Scalar>> output,
+                              Scalar dropout, Generator* generator) {
+  const Index d = Q.cols() / num_heads, dv = V.cols() / num_heads;
+  const Scalar scale = Scalar(1) / std::sqrt(static_cast<Scalar>(d));
+  weights.resize(batch * num_heads, num_queries, num_keys);
+  for (Index b = 0; b < batch; ++b) {
+    for (Index h = 0; h < num_heads; ++h) {
+      const auto Qh = Q.block(b * num_queries, h * d, num_queries, d);  // (queries, d), a strided view
+      const auto Kh = K.block(b * num_keys, h * d, num_keys, d);        // (keys, d)
+      const auto Vh = V.block(b * num_keys, h * dv, num_keys, dv);      // (keys, dv)
+      auto scores = slice(weights, b * num_heads + h);                  // (queries, keys)
+      auto out = output.block(b * num_queries, h * dv, num_queries, dv);  // (queries, dv)
+      scores.noalias() = scale * (Qh * Kh.transpose());
+      attend_rows(scores, valid_lens, b, Vh, out, dropout, generator);
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace attend

@@ -1,0 +1,60 @@
+// attend/dot_product_attention.hpp — scaled dot-product attention, as d2l's DotProductAttention.
+//
+//   weights = masked_softmax(Q K^T / sqrt(d), valid_lens)        (batch, queries, keys)
+//   output  = dropout(weights) V                                  (batch, queries, value_dim)
+#pragma once
+
+#include <attend/detail/attend_rows.hpp>
+#include <attend/module.hpp>
+#include <attend/random.hpp>
+#include <attend/tensor.hpp>
+#include <attend/valid_lens.hpp>
+
+namespace attend {
+
+template <class Scalar>
+class DotProductAttention : public Module {
+ public:
+  explicit DotProductAttention(Scalar dropout, Generator& generator = default_generator())
+      : dropout_(dropout), generator_(generator.next()) {
+    detail::require_probability(dropout, "DotProductAttention");
+  }
+
+  // queries (batch, q, d), keys (batch, k, d), values (batch, k, v) -> (batch, q, v)
+  // valid_lens: none, (batch,) or (batch, q)
+  Tensor3<Scalar> operator()(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys,
+                             const Tensor3<Scalar>& values, const ValidLens& valid_lens = {}) {
+    constexpr const char* where = "DotProductAttention";
+    detail::require_same_dim(queries, keys, 0, where, "queries", "keys", "batch size");
+    detail::require_same_dim(keys, values, 0, where, "keys", "values", "batch size");
+    detail::require_same_dim(queries, keys, 2, where, "queries", "keys", "feature size");
+    detail::require_same_dim(keys, values, 1, where, "keys", "values", "number of steps");
+    detail::require(queries.dimension(2) >= 1, where, ": queries must have at least 1 feature, got shape ",
+                    detail::shape_string(queries.dimensions()));
+    const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
+    valid_lens.require_shape(batch, num_queries, where);
+
+    Tensor3<Scalar> output(batch, num_queries, values.dimension(2));  // (batch, q, v)
+    Tensor3<Scalar> weights;                                          // (batch, q, k)
+    const bool drop = is_training() && dropout_ > Scalar(0);
+    detail::scaled_dot_product_heads<Scalar>(detail::as_matrix(queries), detail::as_matrix(keys),
+                                             detail::as_matrix(values), batch, num_queries, num_keys, 1, valid_lens,
+                                             weights, detail::as_matrix(output), dropout_,
+                                             drop ? &generator_ : nullptr);
+    attention_weights_ = std::move(weights);
+    return output;
+  }
+
+  // (batch, q, k) of the last call, before dropout.
+  const Tensor3<Scalar>& attention_weights() const { return attention_weights_; }
+  Scalar dropout() const { return dropout_; }
+  // The generator of the dropout masks; reseed it for a repeatable training-mode call.
+  Generator& generator() { return generator_; }
+
+ private:
+  Scalar dropout_;
+  Generator generator_;
+  Tensor3<Scalar> attention_weights_;  // (batch, q, k)
+};
+
+}  // namespace attend

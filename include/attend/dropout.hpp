@@ -1,0 +1,41 @@
+// attend/dropout.hpp — inverted dropout, as torch.nn.Dropout in training mode.
+//
+// Each entry is kept with probability 1 - p and then scaled by 1 / (1 - p), so the expected value is unchanged;
+// p = 1 zeroes everything, p = 0 changes nothing. The mask comes from the Generator, entry by entry in memory order.
+#pragma once
+
+#include <attend/random.hpp>
+#include <attend/tensor.hpp>
+
+namespace attend {
+namespace detail {
+
+// X: any dense Eigen expression that can be written, in place.
+template <class Derived, class Scalar>
+void dropout_inplace(Eigen::DenseBase<Derived>& X, Scalar p, Generator& generator) {
+  if (p == Scalar(0)) return;
+  if (p == Scalar(1)) {
+    X.setZero();
+    return;
+  }
+  const Scalar keep_scale = Scalar(1) / (Scalar(1) - p);
+  for (Index i = 0; i < X.rows(); ++i)
+    for (Index j = 0; j < X.cols(); ++j) {
+      Scalar& x = X.derived().coeffRef(i, j);
+      x = generator.uniform01<Scalar>() < p ? Scalar(0) : x * keep_scale;
+    }
+}
+
+}  // namespace detail
+
+// X: any shape -> same shape; entries zeroed with probability p, the rest scaled by 1 / (1 - p).
+template <class Scalar>
+Tensor3<Scalar> dropout(const Tensor3<Scalar>& X, Scalar p, Generator& generator) {
+  detail::require_probability(p, "dropout");
+  Tensor3<Scalar> Y = X;  // same shape as X
+  auto flat = detail::as_matrix(Y);
+  detail::dropout_inplace(flat, p, generator);
+  return Y;
+}
+
+}  // namespace attend

@@ -1,0 +1,74 @@
+// attend/linear.hpp — a fully connected layer on the last axis, as torch.nn.Linear.
+//
+//   y = x W^T + b        W: (out_features, in_features), b: (out_features)
+//
+// Initialised as PyTorch does: W and b uniform in [-1/sqrt(in_features), 1/sqrt(in_features)), W first,
+// row by row, then b.
+#pragma once
+
+#include <attend/module.hpp>
+#include <attend/random.hpp>
+#include <attend/tensor.hpp>
+
+#include <cmath>
+
+namespace attend {
+
+template <class Scalar>
+class Linear : public Module {
+ public:
+  Linear(Index in_features, Index out_features, bool bias = true, Generator& generator = default_generator())
+      : in_features_(in_features), out_features_(out_features), has_bias_(bias) {
+    detail::require_at_least(in_features, 1, "Linear", "in_features");
+    detail::require_at_least(out_features, 1, "Linear", "out_features");
+    const Scalar bound = Scalar(1) / std::sqrt(static_cast<Scalar>(in_features));
+    weight_.resize(out_features, in_features);
+    for (Index i = 0; i < weight_.size(); ++i) weight_.data()[i] = generator.uniform(-bound, bound);
+    bias_ = Vector<Scalar>::Zero(bias ? out_features : 0);
+    for (Index i = 0; i < bias_.size(); ++i) bias_[i] = generator.uniform(-bound, bound);
+  }
+
+  Matrix<Scalar>& weight() { return weight_; }  // (out_features, in_features)
+  const Matrix<Scalar>& weight() const { return weight_; }
+  Vector<Scalar>& bias() { return bias_; }  // (out_features), empty when has_bias() is false
+  const Vector<Scalar>& bias() const { return bias_; }
+  bool has_bias() const { return has_bias_; }
+  Index in_features() const { return in_features_; }
+  Index out_features() const { return out_features_; }
+
+  // X: (batch, steps, in_features) -> (batch, steps, out_features)
+  Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) const {
+    require_parameters("Linear");
+    detail::require_dim(X, 2, in_features_, "Linear", "X", "features (in_features)");
+    Tensor3<Scalar> Y(X.dimension(0), X.dimension(1), out_features_);  // (batch, steps, out_features)
+    apply(detail::as_matrix(X), detail::as_matrix(Y));
+    return Y;
+  }
+
+  // The same on rows: X (rows, in_features) -> Y (rows, out_features), written in place.
+  // Parameters and shapes must have been checked (require_parameters).
+  void apply(const Eigen::Ref<const Matrix<Scalar>>& X, Eigen::Ref<Matrix<Scalar>> Y) const {
+    Y.noalias() = X * weight_.transpose();
+    if (has_bias_) Y.rowwise() += bias_.transpose();
+  }
+
+  // Throws unless the parameters still have the shapes given at construction (weight() and bias() hand out
+  // references, so they can be resized from outside). `where` names the caller in the message.
+  void require_parameters(const char* where) const {
+    detail::require(weight_.rows() == out_features_ && weight_.cols() == in_features_, where,
+                    ": weight must have shape (", out_features_, ", ", in_features_, ") (out_features, in_features), got (",
+                    weight_.rows(), ", ", weight_.cols(), ")");
+    const Index bias_size = has_bias_ ? out_features_ : 0;
+    detail::require(bias_.size() == bias_size, where, ": bias must have shape (", bias_size, ",), got (",
+                    bias_.size(), ",)");
+  }
+
+ private:
+  Index in_features_;
+  Index out_features_;
+  bool has_bias_;
+  Matrix<Scalar> weight_;  // (out_features, in_features)
+  Vector<Scalar> bias_;    // (out_features) or empty
+};
+
+}  // namespace attend

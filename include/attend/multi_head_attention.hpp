@@ -1,0 +1,112 @@
+// attend/multi_head_attention.hpp — multi-head attention, as d2l's MultiHeadAttention.
+//
+//   Q = queries W_q^T   K = keys W_k^T   V = values W_v^T             each (batch * steps, num_hiddens)
+//   head h of batch row b: scaled dot-product attention on columns h*d .. h*d + d - 1,   d = num_hiddens / num_heads
+//   output = concat_h(head outputs) W_o^T                                (batch, queries, num_hiddens)
+//
+// This is the seed's computation, step for step, except that the heads are never copied out: each projection is
+// one GEMM over all batch rows, and every head reads its Q, K, V and writes its output through strided column
+// blocks (what transpose_qkv / transpose_output would lay out, without building it). Valid lengths of batch row b
+// apply to all its heads (d2l's repeat_interleave); attention_weights() row b * num_heads + h is head h of row b.
+#pragma once
+
+#include <attend/detail/attend_rows.hpp>
+#include <attend/linear.hpp>
+#include <attend/module.hpp>
+#include <attend/random.hpp>
+#include <attend/tensor.hpp>
+#include <attend/valid_lens.hpp>
+
+namespace attend {
+
+template <class Scalar>
+class MultiHeadAttention : public Module {
+ public:
+  // Parameters are drawn in d2l's order: W_q, W_k, W_v, W_o.
+  MultiHeadAttention(Index key_size, Index query_size, Index value_size, Index num_hiddens, Index num_heads,
+                     Scalar dropout, bool bias = false, Generator& generator = default_generator())
+      : num_heads_(checked_heads(num_hiddens, num_heads)),
+        dropout_(checked_dropout(dropout)),
+        W_q_(checked(query_size, "query_size"), num_hiddens, bias, generator),
+        W_k_(checked(key_size, "key_size"), num_hiddens, bias, generator),
+        W_v_(checked(value_size, "value_size"), num_hiddens, bias, generator),
+        W_o_(num_hiddens, num_hiddens, bias, generator),
+        generator_(generator.next()) {}
+
+  // queries (batch, q, query_size), keys (batch, k, key_size), values (batch, k, value_size)
+  //   -> (batch, q, num_hiddens); valid_lens: none, (batch,) or (batch, q)
+  Tensor3<Scalar> operator()(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys,
+                             const Tensor3<Scalar>& values, const ValidLens& valid_lens = {}) {
+    constexpr const char* where = "MultiHeadAttention";
+    W_q_.require_parameters("MultiHeadAttention W_q");
+    W_k_.require_parameters("MultiHeadAttention W_k");
+    W_v_.require_parameters("MultiHeadAttention W_v");
+    W_o_.require_parameters("MultiHeadAttention W_o");
+    detail::require_dim(queries, 2, W_q_.in_features(), where, "queries", "features (query_size)");
+    detail::require_dim(keys, 2, W_k_.in_features(), where, "keys", "features (key_size)");
+    detail::require_dim(values, 2, W_v_.in_features(), where, "values", "features (value_size)");
+    detail::require_same_dim(queries, keys, 0, where, "queries", "keys", "batch size");
+    detail::require_same_dim(keys, values, 0, where, "keys", "values", "batch size");
+    detail::require_same_dim(keys, values, 1, where, "keys", "values", "number of steps");
+    const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
+    const Index num_hiddens = W_o_.out_features();
+    valid_lens.require_shape(batch, num_queries, where);
+
+    Matrix<Scalar> Q(batch * num_queries, num_hiddens);  // (batch * q, num_hiddens)
+    Matrix<Scalar> K(batch * num_keys, num_hiddens);     // (batch * k, num_hiddens)
+    Matrix<Scalar> V(batch * num_keys, num_hiddens);     // (batch * k, num_hiddens)
+    W_q_.apply(detail::as_matrix(queries), Q);
+    W_k_.apply(detail::as_matrix(keys), K);
+    W_v_.apply(detail::as_matrix(values), V);
+
+    Matrix<Scalar> heads(batch * num_queries, num_hiddens);  // (batch * q, num_heads * d): concatenated heads
+    Tensor3<Scalar> weights;                                 // (batch * num_heads, q, k)
+    const bool drop = is_training() && dropout_ > Scalar(0);
+    detail::scaled_dot_product_heads<Scalar>(Q, K, V, batch, num_queries, num_keys, num_heads_, valid_lens, weights,
+                                             heads, dropout_, drop ? &generator_ : nullptr);
+
+    Tensor3<Scalar> output(batch, num_queries, num_hiddens);  // (batch, q, num_hiddens)
+    W_o_.apply(heads, detail::as_matrix(output));
+    attention_weights_ = std::move(weights);
+    return output;
+  }
+
+  Linear<Scalar>& W_q() { return W_q_; }  // (num_hiddens, query_size)
+  Linear<Scalar>& W_k() { return W_k_; }  // (num_hiddens, key_size)
+  Linear<Scalar>& W_v() { return W_v_; }  // (num_hiddens, value_size)
+  Linear<Scalar>& W_o() { return W_o_; }  // (num_hiddens, num_hiddens)
+  Index num_heads() const { return num_heads_; }
+  Index num_hiddens() const { return W_o_.out_features(); }
+  Scalar dropout() const { return dropout_; }
+  Generator& generator() { return generator_; }
+  // (batch * num_heads, q, k) of the last call, before dropout; row b * num_heads + h is head h of batch row b.
+  const Tensor3<Scalar>& attention_weights() const { return attention_weights_; }
+
+ private:
+  static Index checked(Index size, const char* name) {
+    detail::require_at_least(size, 1, "MultiHeadAttention", name);
+    return size;
+  }
+  static Index checked_heads(Index num_hiddens, Index num_heads) {
+    detail::require_at_least(num_hiddens, 1, "MultiHeadAttention", "num_hiddens");
+    detail::require_at_least(num_heads, 1, "MultiHeadAttention", "num_heads");
+    detail::require(num_hiddens % num_heads == 0, "MultiHeadAttention: num_hiddens (", num_hiddens,
+                    ") must be divisible by num_heads (", num_heads, ")");
+    return num_heads;
+  }
+  static Scalar checked_dropout(Scalar dropout) {
+    detail::require_probability(dropout, "MultiHeadAttention");
+    return dropout;
+  }
+
+  Index num_heads_;
+  Scalar dropout_;
+  Linear<Scalar> W_q_;
+  Linear<Scalar> W_k_;
+  Linear<Scalar> W_v_;
+  Linear<Scalar> W_o_;
+  Generator generator_;
+  Tensor3<Scalar> attention_weights_;  // (batch * num_heads, q, k)
+};
+
+}  // namespace attend

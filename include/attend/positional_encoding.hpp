@@ -1,0 +1,77 @@
+// attend/positional_encoding.hpp — sinusoidal positional encoding, as d2l's PositionalEncoding.
+//
+//   P[i, 2j]     = sin(i / 10000^(2j / d))
+//   P[i, 2j + 1] = cos(i / 10000^(2j / d))          i = position, d = num_hiddens
+//
+// computed in Scalar precision. An odd d is allowed (the seed's code fails on it): the last column is a sine.
+// The forward pass adds P[:steps] to every batch row, then applies dropout in training mode.
+#pragma once
+
+#include <attend/dropout.hpp>
+#include <attend/module.hpp>
+#include <attend/random.hpp>
+#include <attend/tensor.hpp>
+
+#include <cmath>
+
+namespace attend {
+
+// The table itself: (max_len, num_hiddens).
+template <class Scalar>
+Matrix<Scalar> positional_encoding_table(Index max_len, Index num_hiddens) {
+  detail::require_at_least(max_len, 1, "positional_encoding_table", "max_len");
+  detail::require_at_least(num_hiddens, 1, "positional_encoding_table", "num_hiddens");
+  Matrix<Scalar> P(max_len, num_hiddens);  // (max_len, num_hiddens)
+  for (Index j = 0; 2 * j < num_hiddens; ++j) {
+    const Scalar frequency_divisor =
+        std::pow(Scalar(10000), static_cast<Scalar>(2 * j) / static_cast<Scalar>(num_hiddens));
+    for (Index i = 0; i < max_len; ++i) {
+      const Scalar angle = static_cast<Scalar>(i) / frequency_divisor;
+      P(i, 2 * j) = std::sin(angle);
+      if (2 * j + 1 < num_hiddens) P(i, 2 * j + 1) = std::cos(angle);
+    }
+  }
+  return P;
+}
+
+template <class Scalar>
+class PositionalEncoding : public Module {
+ public:
+  PositionalEncoding(Index num_hiddens, Scalar dropout, Index max_len = 1000,
+                     Generator& generator = default_generator())
+      : P_(positional_encoding_table<Scalar>(max_len, num_hiddens)), dropout_(dropout), generator_(generator.next()) {
+    detail::require_probability(dropout, "PositionalEncoding");
+  }
+
+  // (max_len, num_hiddens)
+  const Matrix<Scalar>& P() const { return P_; }
+  Index num_hiddens() const { return P_.cols(); }
+  Index max_len() const { return P_.rows(); }
+  Scalar dropout() const { return dropout_; }
+  Generator& generator() { return generator_; }
+
+  // X (batch, steps, num_hiddens) -> X + P[:steps], then dropout in training mode; steps <= max_len
+  Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) {
+    detail::require_dim(X, 2, num_hiddens(), "PositionalEncoding", "X", "features (num_hiddens)");
+    detail::require(X.dimension(1) <= max_len(), "PositionalEncoding: X has ", X.dimension(1),
+                    " steps, more than max_len (", max_len(), "), shape ", detail::shape_string(X.dimensions()));
+    const Index steps = X.dimension(1);
+    Tensor3<Scalar> Y(X.dimensions());  // (batch, steps, num_hiddens)
+    for (Index b = 0; b < X.dimension(0); ++b) {
+      auto y = detail::slice(Y, b);  // (steps, num_hiddens)
+      y.noalias() = detail::slice(X, b) + P_.topRows(steps);
+    }
+    if (is_training() && dropout_ > Scalar(0)) {
+      auto flat = detail::as_matrix(Y);
+      detail::dropout_inplace(flat, dropout_, generator_);
+    }
+    return Y;
+  }
+
+ private:
+  Matrix<Scalar> P_;  // (max_len, num_hiddens)
+  Scalar dropout_;
+  Generator generator_;
+};
+
+}  // namespace attend

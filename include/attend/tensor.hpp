@@ -1,0 +1,106 @@
+// attend/tensor.hpp — the types every other header speaks in, and the checks that guard them.
+//
+//   Tensor3<Scalar>  (batch, steps, features), row-major: the memory of a contiguous PyTorch tensor
+//   Matrix<Scalar>   row-major, laid out exactly as PyTorch's parameter of the same name
+//   Vector<Scalar>   a column vector (biases)
+#pragma once
+
+#include <Eigen/Core>
+#include <unsupported/Eigen/CXX11/Tensor>
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace attend {
+
+using Index = Eigen::Index;
+
+template <class Scalar>
+using Tensor3 = Eigen::Tensor<Scalar, 3, Eigen::RowMajor>;
+
+template <class Scalar>
+using Matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+template <class Scalar>
+using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
+
+namespace detail {
+
+// Builds a message from any streamable parts: message("W_q: expected ", 3, ", got ", 4).
+template <class... Parts>
+std::string message(const Parts&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return out.str();
+}
+
+// Throws std::invalid_argument with the parts of the message when `ok` is false.
+template <class... Parts>
+void require(bool ok, const Parts&... parts) {
+  if (!ok) throw std::invalid_argument(message(parts...));
+}
+
+// "(2, 4, 100)": a shape the way PyTorch prints it.
+template <class Dims>
+std::string shape_string(const Dims& dims) {
+  std::ostringstream out;
+  out << '(';
+  for (std::size_t i = 0; i < dims.size(); ++i) out << (i ? ", " : "") << dims[i];
+  out << ')';
+  return out.str();
+}
+
+// Throws unless X has `expected` entries along `axis`:
+//   "MultiHeadAttention: queries must have 5 features (axis 2), got shape (2, 3, 4)".
+template <class Scalar>
+void require_dim(const Tensor3<Scalar>& X, int axis, Index expected, const char* where, const char* name,
+                 const char* what) {
+  require(X.dimension(axis) == expected, where, ": ", name, " must have ", expected, ' ', what, " (axis ", axis,
+          "), got shape ", shape_string(X.dimensions()));
+}
+
+// Throws unless X and Y agree on `axis`.
+template <class ScalarA, class ScalarB>
+void require_same_dim(const Tensor3<ScalarA>& X, const Tensor3<ScalarB>& Y, int axis, const char* where,
+                      const char* x_name, const char* y_name, const char* what) {
+  require(X.dimension(axis) == Y.dimension(axis), where, ": ", x_name, " and ", y_name, " must have the same ", what,
+          " (axis ", axis, "), got ", x_name, ' ', shape_string(X.dimensions()), " and ", y_name, ' ',
+          shape_string(Y.dimensions()));
+}
+
+// Throws unless `dropout` is a probability in [0, 1].
+template <class Scalar>
+void require_probability(Scalar dropout, const char* where) {
+  require(dropout >= Scalar(0) && dropout <= Scalar(1), where, ": dropout must be in [0, 1], got ", dropout);
+}
+
+// Throws unless `value` >= `minimum`.
+inline void require_at_least(Index value, Index minimum, const char* where, const char* name) {
+  require(value >= minimum, where, ": ", name, " must be at least ", minimum, ", got ", value);
+}
+
+// A tensor's memory seen as a (rows = batch * steps, cols = features) row-major matrix, without a copy.
+template <class Scalar>
+Eigen::Map<const Matrix<Scalar>> as_matrix(const Tensor3<Scalar>& X) {
+  return {X.data(), X.dimension(0) * X.dimension(1), X.dimension(2)};
+}
+template <class Scalar>
+Eigen::Map<Matrix<Scalar>> as_matrix(Tensor3<Scalar>& X) {
+  return {X.data(), X.dimension(0) * X.dimension(1), X.dimension(2)};
+}
+
+// Slice b of a tensor, (steps, features), as a row-major matrix, without a copy.
+template <class Scalar>
+Eigen::Map<const Matrix<Scalar>> slice(const Tensor3<Scalar>& X, Index b) {
+  return {X.data() + b * X.dimension(1) * X.dimension(2), X.dimension(1), X.dimension(2)};
+}
+template <class Scalar>
+Eigen::Map<Matrix<Scalar>> slice(Tensor3<Scalar>& X, Index b) {
+  return {X.data() + b * X.dimension(1) * X.dimension(2), X.dimension(1), X.dimension(2)};
+}
+
+}  // namespace detail
+}  // namespace attend
