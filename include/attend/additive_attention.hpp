@@ -31,8 +31,8 @@ class AdditiveAttention : public Module {
 
   // queries (batch, q, query_size), keys (batch, k, key_size), values (batch, k, v) -> (batch, q, v)
   // valid_lens: none, (batch,) or (batch, q)
-  Tensor3<Scalar> operator()(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys,
-                             const Tensor3<Scalar>& values, const ValidLens& valid_lens = {}) {
+  Tensor3<Scalar> operator()(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
+                             const ValidLens& valid_lens = {}) {
     constexpr const char* where = "AdditiveAttention";
     W_q_.require_parameters("AdditiveAttention W_q");
     W_k_.require_parameters("AdditiveAttention W_k");
@@ -45,14 +45,14 @@ class AdditiveAttention : public Module {
     const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
     valid_lens.require_shape(batch, num_queries, where);
 
-    const Tensor3<Scalar> q = W_q_(queries);  // (batch, q, num_hiddens)
-    const Tensor3<Scalar> k = W_k_(keys);     // (batch, k, num_hiddens)
-    const auto w_v = w_v_.weight().row(0).transpose();  // (num_hiddens)
-    Tensor3<Scalar> weights(batch, num_queries, num_keys);             // (batch, q, k)
+    const Tensor3<Scalar> q = W_q_(queries);                          // (batch, q, num_hiddens)
+    const Tensor3<Scalar> k = W_k_(keys);                             // (batch, k, num_hiddens)
+    const auto w_v = w_v_.weight().row(0).transpose();                // (num_hiddens)
+    Tensor3<Scalar> weights(batch, num_queries, num_keys);            // (batch, q, k)
     Tensor3<Scalar> output(batch, num_queries, values.dimension(2));  // (batch, q, v)
     const bool drop = is_training() && dropout_ > Scalar(0);
     for (Index b = 0; b < batch; ++b) {
-      const auto k_b = detail::slice(k, b);  // (k, num_hiddens)
+      const auto k_b = detail::slice(k, b);     // (k, num_hiddens)
       auto scores = detail::slice(weights, b);  // (q, k)
       for (Index i = 0; i < num_queries; ++i) {
         // features: (k, num_hiddens) = tanh(q_i + k_j) for every key j
@@ -60,8 +60,7 @@ class AdditiveAttention : public Module {
         scores.row(i).noalias() = (features * w_v).transpose();
       }
       auto out = detail::slice(output, b);  // (q, v)
-      detail::attend_rows(scores, valid_lens, b, detail::slice(values, b), out, dropout_,
-                          drop ? &generator_ : nullptr);
+      detail::attend_rows(scores, valid_lens, b, detail::slice(values, b), out, dropout_, drop ? &generator_ : nullptr);
     }
     attention_weights_ = std::move(weights);
     return output;

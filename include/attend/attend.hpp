@@ -1,15 +1,15 @@
 // attend/attend.hpp — everything attend offers. Defines nothing itself.
 #pragma once
 
-#include <attend/tensor.hpp>
-#include <attend/valid_lens.hpp>
-#include <attend/random.hpp>
-#include <attend/module.hpp>
-#include <attend/dropout.hpp>
-#include <attend/masked_softmax.hpp>
-#include <attend/transpose_qkv.hpp>
-#include <attend/linear.hpp>
-#include <attend/dot_product_attention.hpp>
 #include <attend/additive_attention.hpp>
+#include <attend/dot_product_attention.hpp>
+#include <attend/dropout.hpp>
+#include <attend/linear.hpp>
+#include <attend/masked_softmax.hpp>
+#include <attend/module.hpp>
 #include <attend/multi_head_attention.hpp>
 #include <attend/positional_encoding.hpp>
+#include <attend/random.hpp>
+#include <attend/tensor.hpp>
+#include <attend/transpose_qkv.hpp>
+#include <attend/valid_lens.hpp>

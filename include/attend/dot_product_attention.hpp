@@ -22,8 +22,8 @@ class DotProductAttention : public Module {
 
   // queries (batch, q, d), keys (batch, k, d), values (batch, k, v) -> (batch, q, v)
   // valid_lens: none, (batch,) or (batch, q)
-  Tensor3<Scalar> operator()(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys,
-                             const Tensor3<Scalar>& values, const ValidLens& valid_lens = {}) {
+  Tensor3<Scalar> operator()(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
+                             const ValidLens& valid_lens = {}) {
     constexpr const char* where = "DotProductAttention";
     detail::require_same_dim(queries, keys, 0, where, "queries", "keys", "batch size");
     detail::require_same_dim(keys, values, 0, where, "keys", "values", "batch size");
@@ -37,10 +37,9 @@ class DotProductAttention : public Module {
     Tensor3<Scalar> output(batch, num_queries, values.dimension(2));  // (batch, q, v)
     Tensor3<Scalar> weights;                                          // (batch, q, k)
     const bool drop = is_training() && dropout_ > Scalar(0);
-    detail::scaled_dot_product_heads<Scalar>(detail::as_matrix(queries), detail::as_matrix(keys),
-                                             detail::as_matrix(values), batch, num_queries, num_keys, 1, valid_lens,
-                                             weights, detail::as_matrix(output), dropout_,
-                                             drop ? &generator_ : nullptr);
+    detail::scaled_dot_product_heads<Scalar>(
+        detail::as_matrix(queries), detail::as_matrix(keys), detail::as_matrix(values), batch, num_queries, num_keys, 1,
+        valid_lens, weights, detail::as_matrix(output), dropout_, drop ? &generator_ : nullptr);
     attention_weights_ = std::move(weights);
     return output;
   }

@@ -9,7 +9,6 @@
 #include <attend/module.hpp>
 #include <attend/random.hpp>
 #include <attend/tensor.hpp>
-
 #include <cmath>
 
 namespace attend {
@@ -56,11 +55,11 @@ class Linear : public Module {
   // references, so they can be resized from outside). `where` names the caller in the message.
   void require_parameters(const char* where) const {
     detail::require(weight_.rows() == out_features_ && weight_.cols() == in_features_, where,
-                    ": weight must have shape (", out_features_, ", ", in_features_, ") (out_features, in_features), got (",
-                    weight_.rows(), ", ", weight_.cols(), ")");
+                    ": weight must have shape (", out_features_, ", ", in_features_,
+                    ") (out_features, in_features), got (", weight_.rows(), ", ", weight_.cols(), ")");
     const Index bias_size = has_bias_ ? out_features_ : 0;
-    detail::require(bias_.size() == bias_size, where, ": bias must have shape (", bias_size, ",), got (",
-                    bias_.size(), ",)");
+    detail::require(bias_.size() == bias_size, where, ": bias must have shape (", bias_size, ",), got (", bias_.size(),
+                    ",)");
   }
 
  private:

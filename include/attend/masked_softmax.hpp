@@ -7,6 +7,7 @@
 
 #include <attend/tensor.hpp>
 #include <attend/valid_lens.hpp>
+#include <type_traits>
 
 namespace attend {
 namespace detail {
@@ -17,15 +18,25 @@ constexpr Scalar masked_score() {
   return Scalar(-1e6);
 }
 
+// Below this, exp(x) is under the smallest normal number of Scalar; Eigen's vectorised exp clamps such x and
+// returns a tiny positive value, where the exact result rounds to 0 or a subnormal. We return 0, so that a masked
+// key's weight is exactly 0 (as in PyTorch), at an absolute cost below 1.2e-38 (float) or 2.3e-308 (double).
+template <class Scalar>
+constexpr Scalar exp_underflow() {
+  return std::is_same<Scalar, float>::value ? Scalar(-87.33654) : Scalar(-708.3964185322641);
+}
+
 // One row of scores, in place: keys >= valid_len are replaced by -1e6, then
 //   1. m = max_j row[j]          2. row[j] = exp(row[j] - m)          3. row[j] /= sum_j row[j]
 // row: (num_keys), contiguous.
 template <class Scalar>
 void masked_softmax_row(Scalar* row, Index num_keys, Index valid_len) {
+  if (num_keys == 0) return;
   Eigen::Map<Eigen::Array<Scalar, 1, Eigen::Dynamic>> r(row, num_keys);
   if (valid_len < num_keys) r.tail(num_keys - valid_len).setConstant(masked_score<Scalar>());
   const Scalar m = r.maxCoeff();
-  r = (r - m).exp();
+  r -= m;
+  r = (r < exp_underflow<Scalar>()).select(Scalar(0), r.exp());
   r /= r.sum();
 }
 

@@ -35,8 +35,8 @@ class MultiHeadAttention : public Module {
 
   // queries (batch, q, query_size), keys (batch, k, key_size), values (batch, k, value_size)
   //   -> (batch, q, num_hiddens); valid_lens: none, (batch,) or (batch, q)
-  Tensor3<Scalar> operator()(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys,
-                             const Tensor3<Scalar>& values, const ValidLens& valid_lens = {}) {
+  Tensor3<Scalar> operator()(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
+                             const ValidLens& valid_lens = {}) {
     constexpr const char* where = "MultiHeadAttention";
     W_q_.require_parameters("MultiHeadAttention W_q");
     W_k_.require_parameters("MultiHeadAttention W_k");

@@ -11,7 +11,6 @@
 #include <attend/module.hpp>
 #include <attend/random.hpp>
 #include <attend/tensor.hpp>
-
 #include <cmath>
 
 namespace attend {

@@ -6,12 +6,11 @@
 #pragma once
 
 #include <Eigen/Core>
-#include <unsupported/Eigen/CXX11/Tensor>
-
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <unsupported/Eigen/CXX11/Tensor>
 #include <utility>
 
 namespace attend {

@@ -16,9 +16,8 @@ template <class Scalar>
 Tensor3<Scalar> transpose_qkv(const Tensor3<Scalar>& X, Index num_heads) {
   detail::require(num_heads >= 1, "transpose_qkv: num_heads must be at least 1, got ", num_heads);
   const Index batch = X.dimension(0), steps = X.dimension(1), width = X.dimension(2);
-  detail::require(width % num_heads == 0, "transpose_qkv: X's features (", width,
-                  ") must be divisible by num_heads (", num_heads, "), got shape ",
-                  detail::shape_string(X.dimensions()));
+  detail::require(width % num_heads == 0, "transpose_qkv: X's features (", width, ") must be divisible by num_heads (",
+                  num_heads, "), got shape ", detail::shape_string(X.dimensions()));
   const Index d = width / num_heads;
   // (batch, steps, heads, d) -> (batch, heads, steps, d) -> (batch * heads, steps, d)
   const Eigen::array<Index, 4> split{batch, steps, num_heads, d};

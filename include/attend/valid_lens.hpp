@@ -7,7 +7,6 @@
 #pragma once
 
 #include <attend/tensor.hpp>
-
 #include <initializer_list>
 #include <vector>
 
@@ -48,9 +47,12 @@ class ValidLens {
   // The length that applies to query q of batch row b; callers check the shape first with require_shape().
   Index length(Index b, Index q) const {
     switch (kind_) {
-      case Kind::per_batch: return lens_[static_cast<std::size_t>(b)];
-      case Kind::per_query: return lens_[static_cast<std::size_t>(b * cols_ + q)];
-      case Kind::none: break;
+      case Kind::per_batch:
+        return lens_[static_cast<std::size_t>(b)];
+      case Kind::per_query:
+        return lens_[static_cast<std::size_t>(b * cols_ + q)];
+      case Kind::none:
+        break;
     }
     return -1;  // never used: an empty ValidLens masks nothing
   }
@@ -61,8 +63,8 @@ class ValidLens {
       detail::require(rows_ == batch, where, ": valid_lens must have shape (", batch, ",) (one per batch row), got (",
                       rows_, ",)");
     } else if (kind_ == Kind::per_query) {
-      detail::require(rows_ == batch && cols_ == queries, where, ": valid_lens must have shape (", batch, ", ",
-                      queries, ") (batch, queries), got (", rows_, ", ", cols_, ")");
+      detail::require(rows_ == batch && cols_ == queries, where, ": valid_lens must have shape (", batch, ", ", queries,
+                      ") (batch, queries), got (", rows_, ", ", cols_, ")");
     }
   }
 

@@ -43,19 +43,18 @@ void attend_rows(Eigen::MatrixBase<Scores>& scores, const ValidLens& valid_lens,
 // as d2l's repeat_interleave does.
 template <class Scalar>
 void scaled_dot_product_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eigen::Ref<const Matrix<Scalar>>& K,
-                              const Eigen::Ref<const Matrix<Scalar>>& V, Index batch, Index num_queries,
-                              Index num_keys, Index num_heads,
-                              const ValidLens& valid_lens, Tensor3<Scalar>& weights, Eigen::Ref<Matrix<Scalar>> output,
-                              Scalar dropout, Generator* generator) {
+                              const Eigen::Ref<const Matrix<Scalar>>& V, Index batch, Index num_queries, Index num_keys,
+                              Index num_heads, const ValidLens& valid_lens, Tensor3<Scalar>& weights,
+                              Eigen::Ref<Matrix<Scalar>> output, Scalar dropout, Generator* generator) {
   const Index d = Q.cols() / num_heads, dv = V.cols() / num_heads;
   const Scalar scale = Scalar(1) / std::sqrt(static_cast<Scalar>(d));
   weights.resize(batch * num_heads, num_queries, num_keys);
   for (Index b = 0; b < batch; ++b) {
     for (Index h = 0; h < num_heads; ++h) {
-      const auto Qh = Q.block(b * num_queries, h * d, num_queries, d);  // (queries, d), a strided view
-      const auto Kh = K.block(b * num_keys, h * d, num_keys, d);        // (keys, d)
-      const auto Vh = V.block(b * num_keys, h * dv, num_keys, dv);      // (keys, dv)
-      auto scores = slice(weights, b * num_heads + h);                  // (queries, keys)
+      const auto Qh = Q.block(b * num_queries, h * d, num_queries, d);    // (queries, d), a strided view
+      const auto Kh = K.block(b * num_keys, h * d, num_keys, d);          // (keys, d)
+      const auto Vh = V.block(b * num_keys, h * dv, num_keys, dv);        // (keys, dv)
+      auto scores = slice(weights, b * num_heads + h);                    // (queries, keys)
       auto out = output.block(b * num_queries, h * dv, num_queries, dv);  // (queries, dv)
       scores.noalias() = scale * (Qh * Kh.transpose());
       attend_rows(scores, valid_lens, b, Vh, out, dropout, generator);

@@ -1,0 +1,97 @@
+// masked_softmax against d2l's PyTorch code (fixtures), the book's examples, and the seed's -1e6 rule.
+#include <attend/masked_softmax.hpp>
+#include <catch2/catch.hpp>
+#include <support/fixture.hpp>
+#include <support/lens.hpp>
+#include <support/matchers.hpp>
+
+using attend::Index;
+using attend::Tensor3;
+using attend::ValidLens;
+
+TEMPLATE_TEST_CASE("masked_softmax matches d2l's masked_softmax", "[masked_softmax][golden]", float, double) {
+  const auto name = GENERATE(as<std::string>{}, "masked_softmax_book_1d", "masked_softmax_book_2d",
+                             "masked_softmax_none", "masked_softmax_zero_and_long", "masked_softmax_2d_mixed");
+  CAPTURE(name);
+  const attend_test::Fixture fixture(name);
+  const Tensor3<TestType> weights =
+      attend::masked_softmax(fixture.tensor3<TestType>("X"), attend_test::valid_lens(fixture));
+  REQUIRE_THAT(weights, attend_test::Near(fixture.tensor3<double>("output"), attend_test::tolerance<TestType>()));
+}
+
+// The d2l book's two examples: masked_softmax(torch.rand(2, 2, 4), torch.tensor([2, 3])) and the same input with
+// torch.tensor([[1, 3], [2, 4]]). Their printed values are random; what the book shows, and what is checked here,
+// is the pattern: keys past the valid length get exactly 0 and each row sums to 1.
+TEMPLATE_TEST_CASE("masked_softmax zeroes exactly the keys past the valid length", "[masked_softmax]", float, double) {
+  Tensor3<TestType> X(2, 2, 4);
+  X.setRandom();
+  attend::Matrix<Index> per_query(2, 2);
+  per_query << 1, 3, 2, 4;
+  for (const ValidLens& lens : {ValidLens{2, 3}, ValidLens::per_query(per_query)}) {
+    const Tensor3<TestType> weights = attend::masked_softmax(X, lens);
+    for (Index b = 0; b < 2; ++b)
+      for (Index q = 0; q < 2; ++q) {
+        const Index valid = lens.length(b, q);
+        TestType sum = 0;
+        for (Index j = 0; j < 4; ++j) {
+          if (j < valid) {
+            CHECK(weights(b, q, j) > TestType(0));
+          } else {
+            CHECK(weights(b, q, j) == TestType(0));
+          }
+          sum += weights(b, q, j);
+        }
+        CHECK_THAT(sum, Catch::Matchers::WithinRel(TestType(1), TestType(1e-6)));
+      }
+  }
+}
+
+TEMPLATE_TEST_CASE("a valid length of 0 gives uniform weights, as d2l's -1e6 does", "[masked_softmax]", float, double) {
+  Tensor3<TestType> X(1, 2, 5);
+  X.setValues({{{3, -1, 4, 1, -5}, {9, 2, -6, 5, 3}}});
+  const Tensor3<TestType> weights = attend::masked_softmax(X, ValidLens{0});
+  // Every score becomes -1e6, so every weight is exp(0) / 5.
+  for (Index q = 0; q < 2; ++q)
+    for (Index j = 0; j < 5; ++j) CHECK(weights(0, q, j) == TestType(1) / TestType(5));
+}
+
+TEMPLATE_TEST_CASE("masked scores are replaced by -1e6, not -inf", "[masked_softmax]", float, double) {
+  // Kept scores below -1e6 lose to the replaced ones: with d2l's rule the row [-3e6, -2e6 | 0, 0] (valid length 2)
+  // becomes [-3e6, -2e6, -1e6, -1e6], whose softmax is [0, 0, 1/2, 1/2].
+  Tensor3<TestType> X(1, 1, 4);
+  X.setValues({{{TestType(-3e6), TestType(-2e6), 0, 0}}});
+  const Tensor3<TestType> weights = attend::masked_softmax(X, ValidLens{2});
+  CHECK(weights(0, 0, 0) == TestType(0));
+  CHECK(weights(0, 0, 1) == TestType(0));
+  CHECK(weights(0, 0, 2) == TestType(0.5));
+  CHECK(weights(0, 0, 3) == TestType(0.5));
+}
+
+TEMPLATE_TEST_CASE("masked_softmax without lengths is the softmax of each row", "[masked_softmax]", float, double) {
+  Tensor3<TestType> X(1, 1, 3);
+  X.setValues({{{0, std::log(TestType(2)), std::log(TestType(5))}}});  // exp: 1, 2, 5 -> 1/8, 2/8, 5/8
+  const Tensor3<TestType> weights = attend::masked_softmax(X);
+  CHECK_THAT(weights(0, 0, 0), Catch::Matchers::WithinRel(TestType(0.125), TestType(1e-6)));
+  CHECK_THAT(weights(0, 0, 1), Catch::Matchers::WithinRel(TestType(0.25), TestType(1e-6)));
+  CHECK_THAT(weights(0, 0, 2), Catch::Matchers::WithinRel(TestType(0.625), TestType(1e-6)));
+}
+
+TEMPLATE_TEST_CASE("masked_softmax handles empty shapes", "[masked_softmax]", float, double) {
+  const Tensor3<TestType> no_keys(2, 3, 0);
+  CHECK(attend::masked_softmax(no_keys, ValidLens{1, 0}).dimensions() == no_keys.dimensions());
+  const Tensor3<TestType> no_batch(0, 3, 4);
+  CHECK(attend::masked_softmax(no_batch).size() == 0);
+}
+
+TEMPLATE_TEST_CASE("masked_softmax rejects lengths of the wrong shape", "[masked_softmax][errors]", float, double) {
+  Tensor3<TestType> X(2, 3, 4);
+  X.setZero();
+  REQUIRE_THROWS_MATCHES(attend::masked_softmax(X, ValidLens{1, 2, 3}), std::invalid_argument,
+                         Catch::Matchers::Message("masked_softmax: valid_lens must have shape (2,) (one per batch "
+                                                  "row), got (3,)"));
+  attend::Matrix<Index> per_query(2, 2);
+  per_query << 1, 2, 3, 4;
+  REQUIRE_THROWS_MATCHES(attend::masked_softmax(X, ValidLens::per_query(per_query)), std::invalid_argument,
+                         Catch::Matchers::Message("masked_softmax: valid_lens must have shape (2, 3) (batch, "
+                                                  "queries), got (2, 2)"));
+}
