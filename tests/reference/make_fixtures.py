@@ -1,0 +1,579 @@
+#!/usr/bin/python3
+"""Writes the golden fixtures in tests/golden/ from the d2l reference code in PyTorch.
+
+The attention code below is the PyTorch code of the d2l chapter "Self-Attention and
+Positional Encoding" and of the chapters it builds on ("Attention Scoring Functions",
+"Multi-Head Attention"), kept as close to the book as possible so that it can be read
+side by side with it. The only deliberate change is to PositionalEncoding (a dtype
+argument and odd widths), flagged where it is made.
+
+Run it with Debian's interpreter, which has python3-torch:
+
+    /usr/bin/python3 tests/reference/make_fixtures.py
+
+Every case uses float64 (torch.set_default_dtype) unless its description says otherwise,
+and its own torch.manual_seed, so the output is the same on every run. Modules are put in
+eval mode, so dropout is never applied.
+
+File format (read by tests/support/fixture.hpp):
+
+    # <case>: <description>; made by tests/reference/make_fixtures.py
+    <name> <ndim> <d0> <d1> ...
+    <values, row-major, whitespace separated; one line per row of the last axis>
+
+Lines starting with '#' are comments. ndim 0 is a scalar with one value. Floats are
+written with repr(float(x)), which round-trips exactly; integer tensors as integers.
+Tensors of a batch of sequences are stored in attend's layout (batch, steps, features);
+Linear weights as PyTorch stores them (out, in); Conv1d weights as (out, in, kernel).
+"""
+
+import contextlib
+import math
+import os
+import warnings
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GOLDEN_DIR = os.path.normpath(os.path.join(HERE, "..", "golden"))
+SCRIPT = "tests/reference/make_fixtures.py"
+
+torch.set_default_dtype(torch.float64)
+
+
+# --------------------------------------------------------------------------------------
+# d2l: Attention Scoring Functions
+# --------------------------------------------------------------------------------------
+
+def sequence_mask(X, valid_len, value=0):
+    """Mask irrelevant entries in sequences."""
+    maxlen = X.size(1)
+    mask = torch.arange((maxlen), dtype=torch.float32,
+                        device=X.device)[None, :] < valid_len[:, None]
+    X[~mask] = value
+    return X
+
+
+def masked_softmax(X, valid_lens):
+    """Perform softmax operation by masking elements on the last axis."""
+    # `X`: 3D tensor, `valid_lens`: 1D or 2D tensor
+    if valid_lens is None:
+        return nn.functional.softmax(X, dim=-1)
+    else:
+        shape = X.shape
+        if valid_lens.dim() == 1:
+            valid_lens = torch.repeat_interleave(valid_lens, shape[1])
+        else:
+            valid_lens = valid_lens.reshape(-1)
+        # On the last axis, replace masked elements with a very large negative
+        # value, whose exponentiation outputs 0
+        X = sequence_mask(X.reshape(-1, shape[-1]), valid_lens, value=-1e6)
+        return nn.functional.softmax(X.reshape(shape), dim=-1)
+
+
+class AdditiveAttention(nn.Module):
+    """Additive attention."""
+    def __init__(self, key_size, query_size, num_hiddens, dropout, **kwargs):
+        super(AdditiveAttention, self).__init__(**kwargs)
+        self.W_k = nn.Linear(key_size, num_hiddens, bias=False)
+        self.W_q = nn.Linear(query_size, num_hiddens, bias=False)
+        self.w_v = nn.Linear(num_hiddens, 1, bias=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, queries, keys, values, valid_lens):
+        queries, keys = self.W_q(queries), self.W_k(keys)
+        # After dimension expansion, shape of `queries`: (`batch_size`, no. of
+        # queries, 1, `num_hiddens`) and shape of `keys`: (`batch_size`, 1,
+        # no. of key-value pairs, `num_hiddens`). Sum them up with
+        # broadcasting
+        features = queries.unsqueeze(2) + keys.unsqueeze(1)
+        features = torch.tanh(features)
+        # There is only one output of `self.w_v`, so we remove the last
+        # one-dimensional entry from the shape. Shape of `scores`:
+        # (`batch_size`, no. of queries, no. of key-value pairs)
+        scores = self.w_v(features).squeeze(-1)
+        self.attention_weights = masked_softmax(scores, valid_lens)
+        # Shape of `values`: (`batch_size`, no. of key-value pairs, value
+        # dimension)
+        return torch.bmm(self.dropout(self.attention_weights), values)
+
+
+class DotProductAttention(nn.Module):
+    """Scaled dot product attention."""
+    def __init__(self, dropout, **kwargs):
+        super(DotProductAttention, self).__init__(**kwargs)
+        self.dropout = nn.Dropout(dropout)
+
+    # Shape of `queries`: (`batch_size`, no. of queries, `d`)
+    # Shape of `keys`: (`batch_size`, no. of key-value pairs, `d`)
+    # Shape of `values`: (`batch_size`, no. of key-value pairs, value
+    # dimension)
+    # Shape of `valid_lens`: (`batch_size`,) or (`batch_size`, no. of queries)
+    def forward(self, queries, keys, values, valid_lens=None):
+        d = queries.shape[-1]
+        # Set `transpose_b=True` to swap the last two dimensions of `keys`
+        scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)
+        self.attention_weights = masked_softmax(scores, valid_lens)
+        return torch.bmm(self.dropout(self.attention_weights), values)
+
+
+# --------------------------------------------------------------------------------------
+# d2l: Multi-Head Attention (the older signature with key/query/value sizes)
+# --------------------------------------------------------------------------------------
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention."""
+    def __init__(self, key_size, query_size, value_size, num_hiddens,
+                 num_heads, dropout, bias=False, **kwargs):
+        super(MultiHeadAttention, self).__init__(**kwargs)
+        self.num_heads = num_heads
+        self.attention = DotProductAttention(dropout)
+        self.W_q = nn.Linear(query_size, num_hiddens, bias=bias)
+        self.W_k = nn.Linear(key_size, num_hiddens, bias=bias)
+        self.W_v = nn.Linear(value_size, num_hiddens, bias=bias)
+        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+
+    def forward(self, queries, keys, values, valid_lens):
+        # Shape of `queries`, `keys`, or `values`:
+        # (`batch_size`, no. of queries or key-value pairs, `num_hiddens`)
+        # Shape of `valid_lens`:
+        # (`batch_size`,) or (`batch_size`, no. of queries)
+        # After transposing, shape of output `queries`, `keys`, or `values`:
+        # (`batch_size` * `num_heads`, no. of queries or key-value pairs,
+        # `num_hiddens` / `num_heads`)
+        queries = transpose_qkv(self.W_q(queries), self.num_heads)
+        keys = transpose_qkv(self.W_k(keys), self.num_heads)
+        values = transpose_qkv(self.W_v(values), self.num_heads)
+
+        if valid_lens is not None:
+            # On axis 0, copy the first item (scalar or vector) for
+            # `num_heads` times, then copy the next item, and so on
+            valid_lens = torch.repeat_interleave(
+                valid_lens, repeats=self.num_heads, dim=0)
+
+        # Shape of `output`: (`batch_size` * `num_heads`, no. of queries,
+        # `num_hiddens` / `num_heads`)
+        output = self.attention(queries, keys, values, valid_lens)
+
+        # Shape of `output_concat`:
+        # (`batch_size`, no. of queries, `num_hiddens`)
+        output_concat = transpose_output(output, self.num_heads)
+        return self.W_o(output_concat)
+
+
+def transpose_qkv(X, num_heads):
+    """Transposition for parallel computation of multiple attention heads."""
+    # Shape of input `X`:
+    # (`batch_size`, no. of queries or key-value pairs, `num_hiddens`).
+    # Shape of output `X`:
+    # (`batch_size`, no. of queries or key-value pairs, `num_heads`,
+    # `num_hiddens` / `num_heads`)
+    X = X.reshape(X.shape[0], X.shape[1], num_heads, -1)
+
+    # Shape of output `X`:
+    # (`batch_size`, `num_heads`, no. of queries or key-value pairs,
+    # `num_hiddens` / `num_heads`)
+    X = X.permute(0, 2, 1, 3)
+
+    # Shape of `output`:
+    # (`batch_size` * `num_heads`, no. of queries or key-value pairs,
+    # `num_hiddens` / `num_heads`)
+    return X.reshape(-1, X.shape[2], X.shape[3])
+
+
+def transpose_output(X, num_heads):
+    """Reverse the operation of `transpose_qkv`."""
+    X = X.reshape(-1, num_heads, X.shape[1], X.shape[2])
+    X = X.permute(0, 2, 1, 3)
+    return X.reshape(X.shape[0], X.shape[1], -1)
+
+
+# --------------------------------------------------------------------------------------
+# d2l: Self-Attention and Positional Encoding
+# --------------------------------------------------------------------------------------
+
+class PositionalEncodingSeed(nn.Module):
+    """Positional encoding, exactly as in the book (float32 arguments, even widths only)."""
+    def __init__(self, num_hiddens, dropout, max_len=1000):
+        super(PositionalEncodingSeed, self).__init__()
+        self.dropout = nn.Dropout(dropout)
+        # Create a long enough `P`
+        self.P = torch.zeros((1, max_len, num_hiddens))
+        X = torch.arange(max_len, dtype=torch.float32).reshape(
+            -1, 1) / torch.pow(10000, torch.arange(
+            0, num_hiddens, 2, dtype=torch.float32) / num_hiddens)
+        self.P[:, :, 0::2] = torch.sin(X)
+        self.P[:, :, 1::2] = torch.cos(X)
+
+    def forward(self, X):
+        X = X + self.P[:, :X.shape[1], :].to(X.device)
+        return self.dropout(X)
+
+
+class PositionalEncoding(nn.Module):
+    """Positional encoding.
+
+    Changed from the book in two places:
+    * `dtype`: the book computes the angles i / 10000^(2j/d) in float32 whatever the
+      default dtype; here they are computed in `dtype` (float64 for the fixtures).
+    * odd `num_hiddens`: the book's code fails there, because the 0::2 (sin) columns
+      number ceil(d/2) and the 1::2 (cos) columns floor(d/2). The sin columns get all
+      ceil(d/2) frequencies, the cos columns the first floor(d/2) of them. For even d
+      this is the book's code exactly.
+    """
+    def __init__(self, num_hiddens, dropout, max_len=1000, dtype=torch.float64):
+        super(PositionalEncoding, self).__init__()
+        self.dropout = nn.Dropout(dropout)
+        # Create a long enough `P`
+        self.P = torch.zeros((1, max_len, num_hiddens), dtype=dtype)
+        X = torch.arange(max_len, dtype=dtype).reshape(
+            -1, 1) / torch.pow(10000, torch.arange(
+            0, num_hiddens, 2, dtype=dtype) / num_hiddens)
+        self.P[:, :, 0::2] = torch.sin(X)
+        self.P[:, :, 1::2] = torch.cos(X[:, :num_hiddens // 2])
+
+    def forward(self, X):
+        X = X + self.P[:, :X.shape[1], :].to(X.device)
+        return self.dropout(X)
+
+
+# --------------------------------------------------------------------------------------
+# Writing fixtures
+# --------------------------------------------------------------------------------------
+
+def _format_values(values, is_float):
+    if is_float:
+        return " ".join(repr(float(v)) for v in values)
+    return " ".join(str(int(v)) for v in values)
+
+
+def _entry_lines(name, value):
+    """Header line and value lines of one entry."""
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, (int, float)):
+        return ["%s 0" % name, _format_values([value], isinstance(value, float))]
+    if not isinstance(value, torch.Tensor):
+        value = torch.tensor(value)
+    value = value.detach().contiguous()
+    if value.dtype == torch.bool:
+        value = value.to(torch.int64)
+    is_float = value.is_floating_point()
+    shape = list(value.shape)
+    lines = [" ".join([name, str(len(shape))] + [str(d) for d in shape])]
+    if len(shape) == 0:
+        lines.append(_format_values([value.item()], is_float))
+    elif len(shape) == 1:
+        lines.append(_format_values(value.tolist(), is_float))
+    else:
+        for row in value.reshape(-1, shape[-1]).tolist():
+            lines.append(_format_values(row, is_float))
+    return lines
+
+
+def write_fixture(case, description, entries, notes=()):
+    """Writes tests/golden/<case>.txt; `entries` is a list of (name, tensor or number)."""
+    names = [name for name, _ in entries]
+    assert len(names) == len(set(names)), "duplicate entry in " + case
+    lines = ["# %s: %s; made by %s" % (case, description, SCRIPT)]
+    lines += ["# " + note for note in notes]
+    for name, value in entries:
+        assert " " not in name
+        lines += _entry_lines(name, value)
+    path = os.path.join(GOLDEN_DIR, case + ".txt")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("wrote %s (%d bytes)" % (os.path.relpath(path), os.path.getsize(path)))
+
+
+@contextlib.contextmanager
+def default_dtype(dtype):
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(saved)
+
+
+def lens_entries(valid_lens):
+    return [] if valid_lens is None else [("valid_lens", valid_lens)]
+
+
+def lens_text(valid_lens):
+    if valid_lens is None:
+        return "no valid_lens"
+    return "valid_lens %s" % valid_lens.tolist()
+
+
+# --------------------------------------------------------------------------------------
+# Cases
+# --------------------------------------------------------------------------------------
+
+def masked_softmax_cases():
+    def case(name, seed, make_X, valid_lens, description):
+        torch.manual_seed(seed)
+        X = make_X()
+        # sequence_mask writes -1e6 into its argument, a view of X: keep the input first.
+        X_in = X.clone()
+        output = masked_softmax(X, valid_lens)
+        write_fixture(name, "masked_softmax, %s, %s" % (description, lens_text(valid_lens)),
+                      [("X", X_in)] + lens_entries(valid_lens) + [("output", output)])
+
+    case("masked_softmax_book_1d", 1, lambda: torch.rand(2, 2, 4), torch.tensor([2, 3]),
+         "the book's example X = rand(2, 2, 4)")
+    case("masked_softmax_book_2d", 2, lambda: torch.rand(2, 2, 4), torch.tensor([[1, 3], [2, 4]]),
+         "the book's example X = rand(2, 2, 4)")
+    case("masked_softmax_none", 3, lambda: 3 * torch.randn(3, 4, 5), None,
+         "X = 3 * randn(3, 4, 5)")
+    case("masked_softmax_zero_and_long", 4, lambda: torch.randn(3, 2, 5), torch.tensor([0, 5, 9]),
+         "X = randn(3, 2, 5), lengths zero, exact and longer than the keys")
+    case("masked_softmax_2d_mixed", 5, lambda: torch.randn(2, 3, 4),
+         torch.tensor([[0, 1, 4], [2, 7, 3]]), "X = randn(2, 3, 4), per-query lengths")
+
+
+def dot_product_cases():
+    for name, seed, valid_lens in [
+            ("dot_product_none", 11, None),
+            ("dot_product_1d", 12, torch.tensor([2, 5])),
+            ("dot_product_2d", 13, torch.tensor([[1, 2, 3], [5, 0, 9]]))]:
+        torch.manual_seed(seed)
+        queries, keys, values = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
+        attention = DotProductAttention(dropout=0.5)
+        attention.eval()
+        output = attention(queries, keys, values, valid_lens)
+        write_fixture(name, "DotProductAttention(0.5) in eval mode, queries (2, 3, 4), keys (2, 5, 4), "
+                      "values (2, 5, 6), %s" % lens_text(valid_lens),
+                      [("queries", queries), ("keys", keys), ("values", values)]
+                      + lens_entries(valid_lens)
+                      + [("output", output), ("attention_weights", attention.attention_weights)])
+
+
+def additive_cases():
+    for name, seed, valid_lens in [
+            ("additive_none", 21, None),
+            ("additive_1d", 22, torch.tensor([3, 6])),
+            ("additive_2d", 23, torch.tensor([[1, 0, 6, 8], [2, 3, 4, 5]]))]:
+        torch.manual_seed(seed)
+        attention = AdditiveAttention(key_size=3, query_size=5, num_hiddens=8, dropout=0.1)
+        attention.eval()
+        queries, keys, values = torch.randn(2, 4, 5), torch.randn(2, 6, 3), torch.randn(2, 6, 7)
+        output = attention(queries, keys, values, valid_lens)
+        write_fixture(name, "AdditiveAttention(key_size=3, query_size=5, num_hiddens=8, dropout=0.1) in eval "
+                      "mode, queries (2, 4, 5), keys (2, 6, 3), values (2, 6, 7), %s" % lens_text(valid_lens),
+                      [("queries", queries), ("keys", keys), ("values", values)]
+                      + lens_entries(valid_lens)
+                      + [("W_q.weight", attention.W_q.weight), ("W_k.weight", attention.W_k.weight),
+                         ("w_v.weight", attention.w_v.weight),
+                         ("output", output), ("attention_weights", attention.attention_weights)])
+
+
+def book_attention_cases():
+    # The book's examples of "Attention Scoring Functions"; the book makes values in
+    # float32, here they are in the default dtype (float64).
+    torch.manual_seed(31)
+    queries, keys = torch.normal(0, 1, (2, 1, 20)), torch.ones((2, 10, 2))
+    # The two value matrices in the `values` minibatch are identical
+    values = torch.arange(40, dtype=torch.get_default_dtype()).reshape(1, 10, 4).repeat(2, 1, 1)
+    valid_lens = torch.tensor([2, 6])
+    attention = AdditiveAttention(key_size=2, query_size=20, num_hiddens=8, dropout=0.1)
+    attention.eval()
+    output = attention(queries, keys, values, valid_lens)
+    write_fixture("additive_book", "the book's AdditiveAttention(2, 20, 8, 0.1) example in eval mode: queries "
+                  "normal(0, 1, (2, 1, 20)), keys ones((2, 10, 2)), values arange(40).reshape(1, 10, 4) "
+                  "repeated twice, valid_lens [2, 6]",
+                  [("queries", queries), ("keys", keys), ("values", values), ("valid_lens", valid_lens),
+                   ("W_q.weight", attention.W_q.weight), ("W_k.weight", attention.W_k.weight),
+                   ("w_v.weight", attention.w_v.weight),
+                   ("output", output), ("attention_weights", attention.attention_weights)])
+
+    torch.manual_seed(32)
+    queries = torch.normal(0, 1, (2, 1, 2))
+    attention = DotProductAttention(dropout=0.5)
+    attention.eval()
+    output = attention(queries, keys, values, valid_lens)
+    write_fixture("dot_product_book", "the book's DotProductAttention(0.5) example in eval mode: queries "
+                  "normal(0, 1, (2, 1, 2)), keys ones((2, 10, 2)), values arange(40).reshape(1, 10, 4) "
+                  "repeated twice, valid_lens [2, 6]",
+                  [("queries", queries), ("keys", keys), ("values", values), ("valid_lens", valid_lens),
+                   ("output", output), ("attention_weights", attention.attention_weights)])
+
+
+def transpose_case():
+    torch.manual_seed(41)
+    X = torch.randn(2, 3, 12)
+    output = transpose_qkv(X, 4)
+    inverse = transpose_output(output, 4)
+    assert torch.equal(inverse, X)
+    write_fixture("transpose_qkv", "transpose_qkv(X, 4) of X = randn(2, 3, 12), and transpose_output of it",
+                  [("X", X), ("num_heads", 4), ("output", output), ("inverse", inverse)])
+
+
+def mha_entries(attention, bias):
+    entries = []
+    for layer in ["W_q", "W_k", "W_v", "W_o"]:
+        linear = getattr(attention, layer)
+        entries.append((layer + ".weight", linear.weight))
+        if bias:
+            entries.append((layer + ".bias", linear.bias))
+    return entries
+
+
+def mha_cases():
+    key_size, query_size, value_size, num_hiddens = 6, 5, 4, 12
+    lens_1d_a = torch.tensor([3, 7])
+    lens_1d_b = torch.tensor([0, 10])
+    lens_2d = torch.tensor([[1, 2, 7], [0, 4, 12]])
+    cases = [
+        (1, False, "none", None),
+        (2, True, "1d", lens_1d_a),
+        (3, False, "1d", lens_1d_b),
+        (4, True, "2d", lens_2d),
+        (6, False, "2d", lens_2d),
+        (12, True, "none", None),
+        (2, False, "1d", lens_1d_a),
+        (3, True, "2d", lens_2d),
+    ]
+    for i, (num_heads, bias, lens_name, valid_lens) in enumerate(cases):
+        name = "mha_h%d_%s_%s" % (num_heads, "bias" if bias else "nobias", lens_name)
+        torch.manual_seed(51 + i)
+        attention = MultiHeadAttention(key_size, query_size, value_size, num_hiddens, num_heads, 0.5, bias=bias)
+        attention.eval()
+        queries, keys, values = torch.randn(2, 3, 5), torch.randn(2, 7, 6), torch.randn(2, 7, 4)
+        output = attention(queries, keys, values, valid_lens)
+        assert output.shape == (2, 3, num_hiddens)
+        write_fixture(name, "MultiHeadAttention(key_size=6, query_size=5, value_size=4, num_hiddens=12, "
+                      "num_heads=%d, dropout=0.5, bias=%s) in eval mode, queries (2, 3, 5), keys (2, 7, 6), "
+                      "values (2, 7, 4), %s" % (num_heads, bias, lens_text(valid_lens)),
+                      [("num_heads", num_heads), ("bias", int(bias)),
+                       ("queries", queries), ("keys", keys), ("values", values)]
+                      + lens_entries(valid_lens) + mha_entries(attention, bias)
+                      + [("output", output), ("attention_weights", attention.attention.attention_weights)],
+                      notes=["attention_weights is (batch * num_heads, queries, keys), "
+                             "row b * num_heads + h for head h of batch row b"])
+
+
+def mha_self_seed_case():
+    # The chapter's example: self-attention, queries = keys = values = X.
+    torch.manual_seed(61)
+    num_hiddens, num_heads = 100, 5
+    attention = MultiHeadAttention(num_hiddens, num_hiddens, num_hiddens,
+                                   num_hiddens, num_heads, 0.5)
+    attention.eval()
+    batch_size, num_queries, valid_lens = 2, 4, torch.tensor([3, 2])
+    X = torch.randn((batch_size, num_queries, num_hiddens))
+    output = attention(X, X, X, valid_lens)
+    assert output.shape == (batch_size, num_queries, num_hiddens)
+    write_fixture("mha_self_seed", "the chapter's self-attention example, MultiHeadAttention(100, 100, 100, 100, "
+                  "5, 0.5) in eval mode, X = randn(2, 4, 100), attention(X, X, X, valid_lens) with "
+                  "valid_lens [3, 2]",
+                  [("num_heads", num_heads), ("bias", 0), ("X", X), ("valid_lens", valid_lens)]
+                  + mha_entries(attention, False)
+                  + [("output", output), ("attention_weights", attention.attention.attention_weights)],
+                  notes=["self-attention: queries, keys and values are all the entry X",
+                         "attention_weights is (batch * num_heads, queries, keys)"])
+
+
+def positional_encoding_cases():
+    for name, seed, num_hiddens, max_len, steps in [
+            ("positional_encoding_32", 71, 32, 60, 10),
+            ("positional_encoding_odd", 72, 7, 50, 9)]:
+        torch.manual_seed(seed)
+        encoding = PositionalEncoding(num_hiddens, 0, max_len=max_len)
+        encoding.eval()
+        X = torch.randn(2, steps, num_hiddens)
+        output = encoding(X)
+        write_fixture(name, "PositionalEncoding(%d, 0, max_len=%d) in float64%s; P (max_len, num_hiddens), "
+                      "X = randn(2, %d, %d), output = encoding(X)"
+                      % (num_hiddens, max_len, ", odd width: sin columns get all ceil(d/2) frequencies, "
+                         "cos columns the first floor(d/2)" if num_hiddens % 2 else "", steps, num_hiddens),
+                      [("num_hiddens", num_hiddens), ("max_len", max_len), ("P", encoding.P[0]),
+                       ("X", X), ("output", output)])
+
+    # The book's code as it is: the angles are computed in float32, so is P.
+    with default_dtype(torch.float32):
+        encoding = PositionalEncodingSeed(32, 0, max_len=60)
+    assert encoding.P.dtype == torch.float32
+    write_fixture("positional_encoding_float32", "the book's PositionalEncoding(32, 0, max_len=60) run literally "
+                  "in float32 (angles and P in float32), P written as float32 values",
+                  [("num_hiddens", 32), ("max_len", 60), ("P", encoding.P[0])])
+
+
+def rnn_cases():
+    for name, seed, input_size, hidden_size, shape in [
+            ("rnn_a", 81, 3, 5, (2, 6, 3)),
+            ("rnn_b", 82, 4, 4, (3, 1, 4))]:
+        torch.manual_seed(seed)
+        rnn = nn.RNN(input_size, hidden_size, batch_first=True)
+        rnn.eval()
+        X = torch.randn(*shape)
+        output, _ = rnn(X)
+        write_fixture(name, "nn.RNN(%d, %d, batch_first=True), tanh, one layer, h0 = 0, X = randn%s, "
+                      "output = every h_t (batch, steps, hidden)" % (input_size, hidden_size, shape),
+                      [("weight_ih", rnn.weight_ih_l0), ("weight_hh", rnn.weight_hh_l0),
+                       ("bias_ih", rnn.bias_ih_l0), ("bias_hh", rnn.bias_hh_l0),
+                       ("X", X), ("output", output)])
+
+
+def conv1d_reference(X, weight, bias):
+    """Direct sum for padding='same': left pad (k - 1) // 2, the rest on the right.
+
+    X is (batch, steps, in) and the result (batch, steps, out); used to check PyTorch.
+    """
+    k = weight.shape[2]
+    left = (k - 1) // 2
+    padded = F.pad(X.transpose(1, 2), (left, k - 1 - left))  # (batch, in, steps + k - 1)
+    steps = X.shape[1]
+    out = torch.zeros(X.shape[0], steps, weight.shape[0])
+    for t in range(steps):
+        window = padded[:, :, t:t + k]  # (batch, in, k)
+        out[:, t, :] = torch.einsum("bik,oik->bo", window, weight)
+    if bias is not None:
+        out += bias
+    return out
+
+
+def conv1d_cases():
+    cases = [("conv1d_k%d" % k, 90 + k, 3, 4, k, True, (2, 7, 3)) for k in range(1, 6)]
+    cases += [("conv1d_k4_nobias", 96, 3, 4, 4, False, (2, 7, 3)),
+              ("conv1d_k3_long", 97, 2, 3, 3, True, (1, 12, 2))]
+    for name, seed, in_channels, out_channels, k, bias, shape in cases:
+        torch.manual_seed(seed)
+        conv = nn.Conv1d(in_channels, out_channels, kernel_size=k, padding="same", bias=bias)
+        conv.eval()
+        X = torch.randn(*shape)  # attend's layout (batch, steps, channels)
+        with warnings.catch_warnings():
+            # PyTorch warns that even kernels with padding='same' copy the input.
+            warnings.simplefilter("ignore", UserWarning)
+            output = conv(X.transpose(1, 2)).transpose(1, 2)
+        expected = conv1d_reference(X, conv.weight, conv.bias)
+        assert torch.allclose(output, expected, rtol=1e-12, atol=1e-12), name
+        write_fixture(name, "nn.Conv1d(%d, %d, kernel_size=%d, padding='same', bias=%s), X = randn%s in "
+                      "(batch, steps, channels), output in (batch, steps, channels)"
+                      % (in_channels, out_channels, k, bias, shape),
+                      [("kernel_size", k), ("weight", conv.weight)]
+                      + ([("bias", conv.bias)] if bias else [])
+                      + [("X", X), ("output", output)],
+                      notes=["weight is PyTorch's (out_channels, in_channels, kernel_size); 'same' pads "
+                             "(k - 1) // 2 steps on the left and the rest on the right"])
+
+
+def main():
+    os.makedirs(GOLDEN_DIR, exist_ok=True)
+    with torch.no_grad():
+        masked_softmax_cases()
+        dot_product_cases()
+        additive_cases()
+        book_attention_cases()
+        transpose_case()
+        mha_cases()
+        mha_self_seed_case()
+        positional_encoding_cases()
+        rnn_cases()
+        conv1d_cases()
+
+
+if __name__ == "__main__":
+    main()
