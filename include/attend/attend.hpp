@@ -2,6 +2,7 @@
 #pragma once
 
 #include <attend/additive_attention.hpp>
+#include <attend/conv1d.hpp>
 #include <attend/dot_product_attention.hpp>
 #include <attend/dropout.hpp>
 #include <attend/linear.hpp>
@@ -10,6 +11,7 @@
 #include <attend/multi_head_attention.hpp>
 #include <attend/positional_encoding.hpp>
 #include <attend/random.hpp>
+#include <attend/rnn.hpp>
 #include <attend/tensor.hpp>
 #include <attend/transpose_qkv.hpp>
 #include <attend/valid_lens.hpp>

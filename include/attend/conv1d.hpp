@@ -1,0 +1,124 @@
+// attend/conv1d.hpp — a 1-D convolution over the steps, as torch.nn.Conv1d(in_channels, out_channels,
+// kernel_size, padding='same') with stride 1 and dilation 1, on attend's layout (batch, steps, channels).
+//
+//   Y[b, s, o] = bias[o] + sum_{i, t} W[o, i, t] X[b, s + t - left, i]        X outside [0, steps) is 0
+//
+//   W: (out_channels, in_channels, kernel_size), PyTorch's layout      bias: (out_channels)
+//   left = (kernel_size - 1) / 2 (rounded down), right = kernel_size - 1 - left
+//
+// 'same' keeps the number of steps. PyTorch pads kernel_size - 1 steps in all; for an even kernel the extra step
+// goes on the right (left 1, right 2 for kernel_size 4). Like PyTorch this is a cross-correlation: the kernel is
+// not flipped.
+//
+// The forward pass is im2col and one GEMM: every output row (b, s) gathers its receptive field into a row of
+// in_channels * kernel_size values, column i * kernel_size + t holding X[b, s + t - left, i] — the order of W's
+// last two axes, so W seen as (out_channels, in_channels * kernel_size) multiplies it directly, with no copy of
+// W. This costs a buffer kernel_size times the size of X.
+//
+// Initialised as PyTorch does: W, then bias, uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)) with
+// fan_in = in_channels * kernel_size; W is drawn in its row-major order (o, i, t).
+#pragma once
+
+#include <algorithm>
+#include <attend/module.hpp>
+#include <attend/random.hpp>
+#include <attend/tensor.hpp>
+#include <cmath>
+
+namespace attend {
+
+template <class Scalar>
+class Conv1d : public Module {
+ public:
+  Conv1d(Index in_channels, Index out_channels, Index kernel_size, bool bias = true,
+         Generator& generator = default_generator())
+      : in_channels_(checked(in_channels, "in_channels")),
+        out_channels_(checked(out_channels, "out_channels")),
+        kernel_size_(checked(kernel_size, "kernel_size")),
+        has_bias_(bias),
+        weight_(out_channels, in_channels, kernel_size) {
+    const Scalar bound = Scalar(1) / std::sqrt(static_cast<Scalar>(in_channels * kernel_size));
+    for (Index j = 0; j < weight_.size(); ++j) weight_.data()[j] = generator.uniform(-bound, bound);
+    bias_ = Vector<Scalar>::Zero(bias ? out_channels : 0);
+    for (Index j = 0; j < bias_.size(); ++j) bias_[j] = generator.uniform(-bound, bound);
+  }
+
+  Tensor3<Scalar>& weight() { return weight_; }  // (out_channels, in_channels, kernel_size)
+  const Tensor3<Scalar>& weight() const { return weight_; }
+  Vector<Scalar>& bias() { return bias_; }  // (out_channels), empty when has_bias() is false
+  const Vector<Scalar>& bias() const { return bias_; }
+  bool has_bias() const { return has_bias_; }
+  Index in_channels() const { return in_channels_; }
+  Index out_channels() const { return out_channels_; }
+  Index kernel_size() const { return kernel_size_; }
+  // Zero steps padded before the first step and after the last: left + right = kernel_size - 1.
+  Index left_padding() const { return (kernel_size_ - 1) / 2; }
+  Index right_padding() const { return kernel_size_ - 1 - left_padding(); }
+
+  // X: (batch, steps, in_channels) -> (batch, steps, out_channels).
+  // Zero batch rows or zero steps give an empty result of that shape.
+  Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) const {
+    require_parameters("Conv1d");
+    detail::require_dim(X, 2, in_channels_, "Conv1d", "X", "features (in_channels)");
+    const Index batch = X.dimension(0), steps = X.dimension(1);
+    const Index in = in_channels_, k = kernel_size_, width = in * k;
+
+    // 1. im2col: row b * steps + s, column i * k + t is X[b, s + t - left, i], or 0 in the padding.
+    Matrix<Scalar> columns = Matrix<Scalar>::Zero(batch * steps, width);  // (batch * steps, in * k)
+    using TapView = Eigen::Map<Matrix<Scalar>, 0, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
+    for (Index t = 0; t < k; ++t) {
+      const Index shift = t - left_padding();              // tap t reads step s + shift
+      const Index first = std::max<Index>(0, -shift);      // the first output step whose input is inside X
+      const Index last = std::min(steps, steps - shift);   // one past the last
+      if (last <= first) continue;
+      for (Index b = 0; b < batch; ++b) {
+        // (last - first, in): columns t, k + t, 2k + t, ... of rows b * steps + first ..
+        TapView tap(columns.data() + (b * steps + first) * width + t, last - first, in,
+                    Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(width, k));
+        tap = detail::slice(X, b).middleRows(first + shift, last - first);
+      }
+    }
+
+    // 2. One GEMM against W seen as (out, in * k), then the bias.
+    Eigen::Map<const Matrix<Scalar>> W(weight_.data(), out_channels_, width);  // (out, in * k)
+    Tensor3<Scalar> Y(batch, steps, out_channels_);                              // (batch, steps, out)
+    auto rows = detail::as_matrix(Y);                                            // (batch * steps, out)
+    rows.noalias() = columns * W.transpose();
+    if (has_bias_) rows.rowwise() += bias_.transpose();
+    return Y;
+  }
+
+  // The multiply-adds of one forward pass on (batch, steps, in_channels), as done here:
+  // batch * steps * out_channels * in_channels * kernel_size — the GEMM multiplies the padding zeros too.
+  // Bias additions are not counted.
+  Index multiply_adds(Index batch, Index steps) const {
+    return batch * steps * out_channels_ * in_channels_ * kernel_size_;
+  }
+
+  // Throws unless the parameters still have the shapes given at construction (weight() and bias() hand out
+  // references, so they can be resized from outside). `where` names the caller in the message.
+  void require_parameters(const char* where) const {
+    detail::require(weight_.dimension(0) == out_channels_ && weight_.dimension(1) == in_channels_ &&
+                        weight_.dimension(2) == kernel_size_,
+                    where, ": weight must have shape (", out_channels_, ", ", in_channels_, ", ", kernel_size_,
+                    ") (out_channels, in_channels, kernel_size), got ", detail::shape_string(weight_.dimensions()));
+    const Index bias_size = has_bias_ ? out_channels_ : 0;
+    detail::require(bias_.size() == bias_size, where, ": bias must have shape (", bias_size, ",), got (", bias_.size(),
+                    ",)");
+  }
+
+ private:
+  static Index checked(Index size, const char* name) {
+    detail::require_at_least(size, 1, "Conv1d", name);
+    return size;
+  }
+
+  Index in_channels_;
+  Index out_channels_;
+  Index kernel_size_;
+  bool has_bias_;
+  Tensor3<Scalar> weight_;  // (out_channels, in_channels, kernel_size)
+  Vector<Scalar> bias_;     // (out_channels) or empty
+};
+
+}  // namespace attend

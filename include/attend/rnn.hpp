@@ -1,0 +1,123 @@
+// attend/rnn.hpp — an Elman recurrent network, as torch.nn.RNN(input_size, hidden_size, batch_first=True):
+// tanh, one layer, one direction, h_0 = 0.
+//
+//   h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)        t = 1 .. steps,  h_0 = 0
+//
+//   x_t: (input_size)   h_t: (hidden_size)   W_ih: (hidden_size, input_size)   W_hh: (hidden_size, hidden_size)
+//   b_ih, b_hh: (hidden_size)
+//
+// The forward pass returns every h_t, (batch, steps, hidden_size), like the first output of nn.RNN. It is done in
+// two parts: the input projection x_t W_ih^T + b_ih + b_hh of all batch * steps rows at once (one GEMM, written
+// straight into the output), then the recurrence, one (batch, hidden) x (hidden, hidden) product per step over
+// the whole batch, reading h_{t-1} from and writing h_t to the output through strided views.
+//
+// Initialised as PyTorch does: every parameter uniform in [-1/sqrt(hidden_size), 1/sqrt(hidden_size)), drawn in
+// PyTorch's parameter order — weight_ih row by row, weight_hh row by row, bias_ih, bias_hh.
+#pragma once
+
+#include <attend/module.hpp>
+#include <attend/random.hpp>
+#include <attend/tensor.hpp>
+#include <cmath>
+
+namespace attend {
+
+template <class Scalar>
+class RNN : public Module {
+ public:
+  RNN(Index input_size, Index hidden_size, Generator& generator = default_generator())
+      : input_size_(checked(input_size, "input_size")), hidden_size_(checked(hidden_size, "hidden_size")) {
+    const Scalar bound = Scalar(1) / std::sqrt(static_cast<Scalar>(hidden_size));
+    weight_ih_.resize(hidden_size, input_size);
+    weight_hh_.resize(hidden_size, hidden_size);
+    bias_ih_.resize(hidden_size);
+    bias_hh_.resize(hidden_size);
+    fill(weight_ih_.data(), weight_ih_.size(), bound, generator);
+    fill(weight_hh_.data(), weight_hh_.size(), bound, generator);
+    fill(bias_ih_.data(), bias_ih_.size(), bound, generator);
+    fill(bias_hh_.data(), bias_hh_.size(), bound, generator);
+  }
+
+  Matrix<Scalar>& weight_ih() { return weight_ih_; }  // (hidden_size, input_size)
+  const Matrix<Scalar>& weight_ih() const { return weight_ih_; }
+  Matrix<Scalar>& weight_hh() { return weight_hh_; }  // (hidden_size, hidden_size)
+  const Matrix<Scalar>& weight_hh() const { return weight_hh_; }
+  Vector<Scalar>& bias_ih() { return bias_ih_; }  // (hidden_size)
+  const Vector<Scalar>& bias_ih() const { return bias_ih_; }
+  Vector<Scalar>& bias_hh() { return bias_hh_; }  // (hidden_size)
+  const Vector<Scalar>& bias_hh() const { return bias_hh_; }
+  Index input_size() const { return input_size_; }
+  Index hidden_size() const { return hidden_size_; }
+
+  // X: (batch, steps, input_size) -> every h_t: (batch, steps, hidden_size).
+  // Zero batch rows or zero steps give an empty result of that shape.
+  Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) const {
+    require_parameters("RNN");
+    detail::require_dim(X, 2, input_size_, "RNN", "X", "features (input_size)");
+    const Index batch = X.dimension(0), steps = X.dimension(1), hidden = hidden_size_;
+    Tensor3<Scalar> H(batch, steps, hidden);  // (batch, steps, hidden): h_1 .. h_steps of every batch row
+
+    // 1. Input projection of every (batch row, step) at once, both biases folded in.
+    auto projected = detail::as_matrix(H);  // (batch * steps, hidden), row b * steps + t
+    projected.noalias() = detail::as_matrix(X) * weight_ih_.transpose();
+    projected.rowwise() += (bias_ih_ + bias_hh_).transpose();
+
+    // 2. The recurrence. Seen as (batch, steps * hidden), columns t * hidden .. of H are step t of every batch
+    //    row: a (batch, hidden) view with row stride steps * hidden.
+    Eigen::Map<Matrix<Scalar>> rows(H.data(), batch, steps * hidden);  // (batch, steps * hidden)
+    for (Index t = 0; t < steps; ++t) {
+      auto h = rows.middleCols(t * hidden, hidden);  // (batch, hidden): x_t W_ih^T + b_ih + b_hh, then h_t
+      if (t > 0) h.noalias() += rows.middleCols((t - 1) * hidden, hidden) * weight_hh_.transpose();  // h_{t-1}
+      h.array() = h.array().tanh();
+    }
+    return H;
+  }
+
+  // The multiply-adds of one forward pass on (batch, steps, input_size), as done here: the input projection,
+  // batch * steps * hidden * input, and the recurrent products, batch * (steps - 1) * hidden * hidden (h_0 = 0,
+  // so the first step has none). Bias additions and tanh are not counted.
+  Index multiply_adds(Index batch, Index steps) const {
+    const Index recurrent_steps = steps > 0 ? steps - 1 : 0;
+    return batch * steps * hidden_size_ * input_size_ + batch * recurrent_steps * hidden_size_ * hidden_size_;
+  }
+
+  // Throws unless the parameters still have the shapes given at construction (the accessors hand out references,
+  // so they can be resized from outside). `where` names the caller in the message.
+  void require_parameters(const char* where) const {
+    require_matrix(weight_ih_, "weight_ih", input_size_, "input_size", where);
+    require_matrix(weight_hh_, "weight_hh", hidden_size_, "hidden_size", where);
+    require_vector(bias_ih_, "bias_ih", where);
+    require_vector(bias_hh_, "bias_hh", where);
+  }
+
+ private:
+  static Index checked(Index size, const char* name) {
+    detail::require_at_least(size, 1, "RNN", name);
+    return size;
+  }
+
+  static void fill(Scalar* data, Index size, Scalar bound, Generator& generator) {
+    for (Index i = 0; i < size; ++i) data[i] = generator.uniform(-bound, bound);
+  }
+
+  void require_matrix(const Matrix<Scalar>& W, const char* name, Index cols, const char* cols_name,
+                      const char* where) const {
+    detail::require(W.rows() == hidden_size_ && W.cols() == cols, where, ": ", name, " must have shape (",
+                    hidden_size_, ", ", cols, ") (hidden_size, ", cols_name, "), got (", W.rows(), ", ", W.cols(),
+                    ")");
+  }
+
+  void require_vector(const Vector<Scalar>& b, const char* name, const char* where) const {
+    detail::require(b.size() == hidden_size_, where, ": ", name, " must have shape (", hidden_size_, ",), got (",
+                    b.size(), ",)");
+  }
+
+  Index input_size_;
+  Index hidden_size_;
+  Matrix<Scalar> weight_ih_;  // (hidden_size, input_size)
+  Matrix<Scalar> weight_hh_;  // (hidden_size, hidden_size)
+  Vector<Scalar> bias_ih_;    // (hidden_size)
+  Vector<Scalar> bias_hh_;    // (hidden_size)
+};
+
+}  // namespace attend
