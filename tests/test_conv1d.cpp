@@ -206,7 +206,7 @@ TEMPLATE_TEST_CASE("Conv1d counts its multiply-adds", "[conv1d]", float, double)
   CHECK(conv.multiply_adds(0, 7) == 0);
 }
 
-TEMPLATE_TEST_CASE("Conv1d is initialised uniformly in [-1/sqrt(in * k), 1/sqrt(in * k)), as PyTorch", "[conv1d][init]",
+TEMPLATE_TEST_CASE("Conv1d is initialised uniformly within 1/sqrt(in * k), as PyTorch", "[conv1d][init]",
                    float, double) {
   // torch.nn.Conv1d.reset_parameters: kaiming_uniform_(a=sqrt(5)) on W gives bound 1/sqrt(fan_in) with
   // fan_in = in_channels * kernel_size, and the bias bound is the same. in = 4, k = 25, out = 64 give 1/10, far

@@ -157,7 +157,7 @@ TEMPLATE_TEST_CASE("RNN counts its multiply-adds", "[rnn]", float, double) {
   CHECK(rnn.multiply_adds(2, 0) == 0);
 }
 
-TEMPLATE_TEST_CASE("RNN is initialised uniformly in [-1/sqrt(hidden), 1/sqrt(hidden)), as PyTorch", "[rnn][init]",
+TEMPLATE_TEST_CASE("RNN is initialised uniformly within 1/sqrt(hidden), as PyTorch", "[rnn][init]",
                    float, double) {
   // torch.nn.RNNBase.reset_parameters: every parameter uniform in +-1/sqrt(hidden_size). input_size = 400 and
   // hidden_size = 4 make 1/sqrt(hidden) = 1/2 and 1/sqrt(input) = 1/20 far apart.
