@@ -16,10 +16,12 @@
 namespace attend {
 
 // The table itself: (max_len, num_hiddens).
+// `where` names the caller in error messages.
 template <class Scalar>
-Matrix<Scalar> positional_encoding_table(Index max_len, Index num_hiddens) {
-  detail::require_at_least(max_len, 1, "positional_encoding_table", "max_len");
-  detail::require_at_least(num_hiddens, 1, "positional_encoding_table", "num_hiddens");
+Matrix<Scalar> positional_encoding_table(Index max_len, Index num_hiddens,
+                                         const char* where = "positional_encoding_table") {
+  detail::require_at_least(max_len, 1, where, "max_len");
+  detail::require_at_least(num_hiddens, 1, where, "num_hiddens");
   Matrix<Scalar> P(max_len, num_hiddens);  // (max_len, num_hiddens)
   for (Index j = 0; 2 * j < num_hiddens; ++j) {
     const Scalar frequency_divisor =
@@ -38,7 +40,7 @@ class PositionalEncoding : public Module {
  public:
   PositionalEncoding(Index num_hiddens, Scalar dropout, Index max_len = 1000,
                      Generator& generator = default_generator())
-      : P_(positional_encoding_table<Scalar>(max_len, num_hiddens)), dropout_(dropout), generator_(generator.next()) {
+      : P_(positional_encoding_table<Scalar>(max_len, num_hiddens, "PositionalEncoding")), dropout_(dropout), generator_(generator.next()) {
     detail::require_probability(dropout, "PositionalEncoding");
   }
 

@@ -31,7 +31,7 @@ class ValidLens {
     v.kind_ = Kind::per_query;
     v.rows_ = lens.rows();
     v.cols_ = lens.cols();
-    v.lens_.assign(lens.data(), lens.data() + lens.size());
+    v.lens_ = std::vector<Index>(lens.data(), lens.data() + lens.size());
     v.require_non_negative("ValidLens::per_query");
     return v;
   }
