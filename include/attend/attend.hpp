@@ -12,6 +12,7 @@
 #include <attend/positional_encoding.hpp>
 #include <attend/random.hpp>
 #include <attend/rnn.hpp>
+#include <attend/safetensors.hpp>
 #include <attend/tensor.hpp>
 #include <attend/transpose_qkv.hpp>
 #include <attend/valid_lens.hpp>
