@@ -1,13 +1,14 @@
 // attend/additive_attention.hpp — additive attention, as d2l's AdditiveAttention.
 //
 //   score(q, k) = w_v^T tanh(W_q q + W_k k)          W_q, W_k, w_v: Linear layers without bias
-//   weights = masked_softmax(scores, valid_lens)      (batch, queries, keys)
+//   weights = masked_softmax(scores, mask)            (batch, queries, keys); mask: valid lengths or any Mask
 //   output  = dropout(weights) V                      (batch, queries, value_dim)
 // Queries and keys may have different sizes; the constructor's argument order is d2l's.
 #pragma once
 
 #include <attend/detail/attend_rows.hpp>
 #include <attend/linear.hpp>
+#include <attend/mask.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
 #include <attend/tensor.hpp>
@@ -30,9 +31,9 @@ class AdditiveAttention : public Module {
   }
 
   // queries (batch, q, query_size), keys (batch, k, key_size), values (batch, k, v) -> (batch, q, v)
-  // valid_lens: none, (batch,) or (batch, q)
+  // mask: none; valid lengths (batch,) or (batch, q); or any Mask, keep tensor (batch or 1, q, k)
   Tensor3<Scalar> operator()(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-                             const ValidLens& valid_lens = {}) {
+                             const Mask& mask = {}) {
     constexpr const char* where = "AdditiveAttention";
     W_q_.require_parameters("AdditiveAttention W_q");
     W_k_.require_parameters("AdditiveAttention W_k");
@@ -43,7 +44,7 @@ class AdditiveAttention : public Module {
     detail::require_same_dim(keys, values, 0, where, "keys", "values", "batch size");
     detail::require_same_dim(keys, values, 1, where, "keys", "values", "number of steps");
     const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
-    valid_lens.require_shape(batch, num_queries, where);
+    mask.require_shape(batch, num_queries, num_keys, where);
 
     const Tensor3<Scalar> q = W_q_(queries);                          // (batch, q, num_hiddens)
     const Tensor3<Scalar> k = W_k_(keys);                             // (batch, k, num_hiddens)
@@ -60,7 +61,7 @@ class AdditiveAttention : public Module {
         scores.row(i).noalias() = (features * w_v).transpose();
       }
       auto out = detail::slice(output, b);  // (q, v)
-      detail::attend_rows(scores, valid_lens, b, detail::slice(values, b), out, dropout_, drop ? &generator_ : nullptr);
+      detail::attend_rows(scores, mask, b, detail::slice(values, b), out, dropout_, drop ? &generator_ : nullptr);
     }
     attention_weights_ = std::move(weights);
     return output;

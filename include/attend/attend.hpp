@@ -6,6 +6,7 @@
 #include <attend/dot_product_attention.hpp>
 #include <attend/dropout.hpp>
 #include <attend/linear.hpp>
+#include <attend/mask.hpp>
 #include <attend/masked_softmax.hpp>
 #include <attend/module.hpp>
 #include <attend/multi_head_attention.hpp>

@@ -1,10 +1,12 @@
 // attend/dot_product_attention.hpp — scaled dot-product attention, as d2l's DotProductAttention.
 //
-//   weights = masked_softmax(Q K^T / sqrt(d), valid_lens)        (batch, queries, keys)
+//   weights = masked_softmax(Q K^T / sqrt(d), mask)              (batch, queries, keys)
 //   output  = dropout(weights) V                                  (batch, queries, value_dim)
+// The mask is d2l's valid lengths or any attend::Mask (causal, a keep tensor, their AND); see mask.hpp.
 #pragma once
 
 #include <attend/detail/attend_rows.hpp>
+#include <attend/mask.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
 #include <attend/tensor.hpp>
@@ -21,9 +23,9 @@ class DotProductAttention : public Module {
   }
 
   // queries (batch, q, d), keys (batch, k, d), values (batch, k, v) -> (batch, q, v)
-  // valid_lens: none, (batch,) or (batch, q)
+  // mask: none; valid lengths (batch,) or (batch, q); or any Mask, keep tensor (batch or 1, q, k)
   Tensor3<Scalar> operator()(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-                             const ValidLens& valid_lens = {}) {
+                             const Mask& mask = {}) {
     constexpr const char* where = "DotProductAttention";
     detail::require_same_dim(queries, keys, 0, where, "queries", "keys", "batch size");
     detail::require_same_dim(keys, values, 0, where, "keys", "values", "batch size");
@@ -32,14 +34,14 @@ class DotProductAttention : public Module {
     detail::require(queries.dimension(2) >= 1, where, ": queries must have at least 1 feature, got shape ",
                     detail::shape_string(queries.dimensions()));
     const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
-    valid_lens.require_shape(batch, num_queries, where);
+    mask.require_shape(batch, num_queries, num_keys, where);
 
     Tensor3<Scalar> output(batch, num_queries, values.dimension(2));  // (batch, q, v)
     Tensor3<Scalar> weights;                                          // (batch, q, k)
     const bool drop = is_training() && dropout_ > Scalar(0);
-    detail::scaled_dot_product_heads<Scalar>(
-        detail::as_matrix(queries), detail::as_matrix(keys), detail::as_matrix(values), batch, num_queries, num_keys, 1,
-        valid_lens, weights, detail::as_matrix(output), dropout_, drop ? &generator_ : nullptr);
+    detail::scaled_dot_product_heads<Scalar>(detail::as_matrix(queries), detail::as_matrix(keys),
+                                             detail::as_matrix(values), batch, num_queries, num_keys, 1, mask, weights,
+                                             detail::as_matrix(output), dropout_, drop ? &generator_ : nullptr);
     attention_weights_ = std::move(weights);
     return output;
   }

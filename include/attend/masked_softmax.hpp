@@ -1,10 +1,14 @@
 // attend/masked_softmax.hpp — softmax over the last axis after d2l's masking.
 //
-// masked_softmax(X, valid_lens): X (batch, queries, keys) -> weights (batch, queries, keys).
-// Scores of masked keys are *replaced* by -1e6 before the softmax (d2l's sequence_mask(..., value=-1e6)),
-// so a query whose valid length is 0 gets uniform weights 1/keys, exactly as the seed's code.
+// masked_softmax(X, mask): X (batch, queries, keys) -> weights (batch, queries, keys).
+// The mask is a Mask or anything that converts to one (a ValidLens); see mask.hpp for its parts and rules.
+// Scores of masked keys are *replaced* by -1e6 before the softmax (d2l's sequence_mask(..., value=-1e6)), so a query
+// that sees no key gets uniform weights 1/keys, exactly as the seed's code (FullyMasked::uniform), or a row of
+// zeros (FullyMasked::zero).
 #pragma once
 
+#include <algorithm>
+#include <attend/mask.hpp>
 #include <attend/tensor.hpp>
 #include <attend/valid_lens.hpp>
 #include <type_traits>
@@ -26,43 +30,65 @@ constexpr Scalar exp_underflow() {
   return std::is_same<Scalar, float>::value ? Scalar(-87.33654) : Scalar(-708.3964185322641);
 }
 
-// One row of scores, in place: keys >= valid_len are replaced by -1e6, then
+// One row of scores, in place:
+//   0. keys >= prefix are replaced by -1e6; with a keep row, so are the keys j < prefix where keep[j] is false;
+//      if no key is left and rule is FullyMasked::zero, the row becomes 0 and we stop;
 //   1. m = max_j row[j]          2. row[j] = exp(row[j] - m)          3. row[j] /= sum_j row[j]
-// row: (num_keys), contiguous.
+// row: (num_keys), contiguous; prefix: may exceed num_keys (masks nothing); keep: (num_keys) or null.
 template <class Scalar>
-void masked_softmax_row(Scalar* row, Index num_keys, Index valid_len) {
+void masked_softmax_row(Scalar* row, Index num_keys, Index prefix, const bool* keep = nullptr,
+                        FullyMasked rule = FullyMasked::uniform) {
   if (num_keys == 0) return;
   Eigen::Map<Eigen::Array<Scalar, 1, Eigen::Dynamic>> r(row, num_keys);
-  if (valid_len < num_keys) r.tail(num_keys - valid_len).setConstant(masked_score<Scalar>());
+  if (prefix < num_keys) r.tail(num_keys - prefix).setConstant(masked_score<Scalar>());
+  bool sees_a_key = prefix > 0;
+  if (keep != nullptr) {
+    sees_a_key = false;
+    for (Index j = 0; j < std::min(prefix, num_keys); ++j) {
+      if (keep[j]) {
+        sees_a_key = true;
+      } else {
+        row[j] = masked_score<Scalar>();
+      }
+    }
+  }
+  if (!sees_a_key && rule == FullyMasked::zero) {
+    r.setZero();
+    return;
+  }
   const Scalar m = r.maxCoeff();
   r -= m;
   r = (r < exp_underflow<Scalar>()).select(Scalar(0), r.exp());
   r /= r.sum();
 }
 
-// Every row of a (queries, keys) block of scores, in place; the block belongs to batch row b of valid_lens.
-// Lengths are checked by the caller (ValidLens::require_shape).
+// Every row of a (queries, keys) block of scores, in place; the block belongs to batch row b of the mask.
+// The mask's shape is checked by the caller (Mask::require_shape).
 template <class Derived>
-void masked_softmax_block(Eigen::MatrixBase<Derived>& scores, const ValidLens& valid_lens, Index b) {
+void masked_softmax_block(Eigen::MatrixBase<Derived>& scores, const Mask& mask, Index b) {
   using Scalar = typename Derived::Scalar;
   static_assert(static_cast<int>(Derived::IsRowMajor) == 1, "scores must be row-major");
-  const Index num_keys = scores.cols();
-  for (Index q = 0; q < scores.rows(); ++q) {
-    const Index valid = valid_lens.empty() ? num_keys : valid_lens.length(b, q);
-    masked_softmax_row<Scalar>(&scores.derived().coeffRef(q, 0), num_keys, valid);
+  const Index num_queries = scores.rows(), num_keys = scores.cols();
+  if (num_keys == 0) return;  // nothing to normalise (and no row to point into)
+  for (Index q = 0; q < num_queries; ++q) {
+    masked_softmax_row<Scalar>(&scores.derived().coeffRef(q, 0), num_keys,
+                               mask.visible_prefix(b, q, num_queries, num_keys), mask.keep_row(b, q),
+                               mask.fully_masked());
   }
 }
 
 }  // namespace detail
 
-// X: (batch, queries, keys); valid_lens: none, (batch,) or (batch, queries) -> (batch, queries, keys)
+// X: (batch, queries, keys) -> (batch, queries, keys)
+// mask: none; a ValidLens (batch,) or (batch, queries); or any Mask (see mask.hpp), keep tensor (batch or 1, queries,
+// keys).
 template <class Scalar>
-Tensor3<Scalar> masked_softmax(const Tensor3<Scalar>& X, const ValidLens& valid_lens = {}) {
-  valid_lens.require_shape(X.dimension(0), X.dimension(1), "masked_softmax");
+Tensor3<Scalar> masked_softmax(const Tensor3<Scalar>& X, const Mask& mask = {}) {
+  mask.require_shape(X.dimension(0), X.dimension(1), X.dimension(2), "masked_softmax");
   Tensor3<Scalar> weights = X;  // (batch, queries, keys)
   for (Index b = 0; b < X.dimension(0); ++b) {
     auto block = detail::slice(weights, b);  // (queries, keys)
-    detail::masked_softmax_block(block, valid_lens, b);
+    detail::masked_softmax_block(block, mask, b);
   }
   return weights;
 }

@@ -6,12 +6,14 @@
 //
 // This is the seed's computation, step for step, except that the heads are never copied out: each projection is
 // one GEMM over all batch rows, and every head reads its Q, K, V and writes its output through strided column
-// blocks (what transpose_qkv / transpose_output would lay out, without building it). Valid lengths of batch row b
-// apply to all its heads (d2l's repeat_interleave); attention_weights() row b * num_heads + h is head h of row b.
+// blocks (what transpose_qkv / transpose_output would lay out, without building it). The mask of batch row b (valid
+// lengths, causal, a keep tensor row; see mask.hpp) applies to all its heads (d2l's repeat_interleave);
+// attention_weights() row b * num_heads + h is head h of row b.
 #pragma once
 
 #include <attend/detail/attend_rows.hpp>
 #include <attend/linear.hpp>
+#include <attend/mask.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
 #include <attend/tensor.hpp>
@@ -34,9 +36,11 @@ class MultiHeadAttention : public Module {
         generator_(generator.next()) {}
 
   // queries (batch, q, query_size), keys (batch, k, key_size), values (batch, k, value_size)
-  //   -> (batch, q, num_hiddens); valid_lens: none, (batch,) or (batch, q)
+  //   -> (batch, q, num_hiddens)
+  // mask: none; valid lengths (batch,) or (batch, q); or any Mask, keep tensor (batch or 1, q, k); batch row b's mask
+  // applies to all its heads
   Tensor3<Scalar> operator()(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-                             const ValidLens& valid_lens = {}) {
+                             const Mask& mask = {}) {
     constexpr const char* where = "MultiHeadAttention";
     W_q_.require_parameters("MultiHeadAttention W_q");
     W_k_.require_parameters("MultiHeadAttention W_k");
@@ -50,7 +54,7 @@ class MultiHeadAttention : public Module {
     detail::require_same_dim(keys, values, 1, where, "keys", "values", "number of steps");
     const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
     const Index num_hiddens = W_o_.out_features();
-    valid_lens.require_shape(batch, num_queries, where);
+    mask.require_shape(batch, num_queries, num_keys, where);
 
     Matrix<Scalar> Q(batch * num_queries, num_hiddens);  // (batch * q, num_hiddens)
     Matrix<Scalar> K(batch * num_keys, num_hiddens);     // (batch * k, num_hiddens)
@@ -62,8 +66,8 @@ class MultiHeadAttention : public Module {
     Matrix<Scalar> heads(batch * num_queries, num_hiddens);  // (batch * q, num_heads * d): concatenated heads
     Tensor3<Scalar> weights;                                 // (batch * num_heads, q, k)
     const bool drop = is_training() && dropout_ > Scalar(0);
-    detail::scaled_dot_product_heads<Scalar>(Q, K, V, batch, num_queries, num_keys, num_heads_, valid_lens, weights,
-                                             heads, dropout_, drop ? &generator_ : nullptr);
+    detail::scaled_dot_product_heads<Scalar>(Q, K, V, batch, num_queries, num_keys, num_heads_, mask, weights, heads,
+                                             dropout_, drop ? &generator_ : nullptr);
 
     Tensor3<Scalar> output(batch, num_queries, num_hiddens);  // (batch, q, num_hiddens)
     W_o_.apply(heads, detail::as_matrix(output));

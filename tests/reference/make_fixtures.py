@@ -5,7 +5,9 @@ The attention code below is the PyTorch code of the d2l chapter "Self-Attention 
 Positional Encoding" and of the chapters it builds on ("Attention Scoring Functions",
 "Multi-Head Attention"), kept as close to the book as possible so that it can be read
 side by side with it. The only deliberate change is to PositionalEncoding (a dtype
-argument and odd widths), flagged where it is made.
+argument and odd widths), flagged where it is made. The section "Not in d2l: boolean keep
+masks" adds copies of d2l's DotProductAttention and MultiHeadAttention that take a boolean
+keep mask instead of valid lengths; it says how they differ from the book.
 
 Run it with Debian's interpreter, which has python3-torch:
 
@@ -237,6 +239,93 @@ class PositionalEncoding(nn.Module):
     def forward(self, X):
         X = X + self.P[:, :X.shape[1], :].to(X.device)
         return self.dropout(X)
+
+
+# --------------------------------------------------------------------------------------
+# Not in d2l: boolean keep masks (causal, explicit, and their AND with valid lengths)
+# --------------------------------------------------------------------------------------
+#
+# The book masks only by valid lengths. The code below extends its DotProductAttention and
+# MultiHeadAttention to a boolean *keep* mask, True where a query may attend to a key, with
+# one of two rules for the masked scores:
+#
+# * softmax_keep_d2l: d2l's rule, the masked scores are *replaced* by -1e6
+#   (scores.masked_fill(~keep, -1e6)); a query that sees no key gets uniform weights.
+# * softmax_keep_float_mask: PyTorch's float attention mask, 0 where kept and -inf where
+#   blocked, *added* to the scores. A query that sees no key gets a row of NaN, which is
+#   replaced by 0: that is what recent PyTorch's F.scaled_dot_product_attention returns
+#   there, but torch 1.13 has no scaled_dot_product_attention (it came with 2.0), so the
+#   rule is written out here.
+#
+# Where a query sees at least one key, the two rules give identical weights here (the
+# masked exponentials are exactly 0 either way); the cases assert it.
+
+def causal_keep(num_queries, num_keys):
+    """Causal keep mask (1, num_queries, num_keys), aligned bottom-right, built from the formula:
+    query i sees key j when j <= i + (num_keys - num_queries), as for a decoder with cached keys."""
+    i = torch.arange(num_queries)[:, None]
+    j = torch.arange(num_keys)[None, :]
+    return (j <= i + (num_keys - num_queries))[None]
+
+
+def lens_keep(valid_lens, num_queries, num_keys):
+    """d2l's valid lengths (batch,) or (batch, num_queries) as a keep mask (batch, num_queries, num_keys):
+    key j of query q is kept when j < len(q)."""
+    lens = valid_lens[:, None].expand(-1, num_queries) if valid_lens.dim() == 1 else valid_lens
+    return torch.arange(num_keys)[None, None, :] < lens[:, :, None]
+
+
+def softmax_keep_d2l(scores, keep):
+    """d2l's masked_softmax with a boolean keep mask in place of valid lengths: blocked scores replaced by -1e6."""
+    return nn.functional.softmax(scores.masked_fill(~keep, -1e6), dim=-1)
+
+
+def softmax_keep_float_mask(scores, keep):
+    """PyTorch's float attention mask (0 kept, -inf blocked) added to the scores; NaN rows (no key seen) -> 0."""
+    attn_mask = torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))
+    weights = nn.functional.softmax(scores + attn_mask, dim=-1)
+    nan = torch.isnan(weights)
+    sees_nothing = ~keep.expand(scores.shape).any(-1, keepdim=True)
+    assert torch.equal(nan, sees_nothing.expand(scores.shape)), "NaN exactly in the rows that see no key"
+    return weights.masked_fill(nan, 0.0)
+
+
+class DotProductAttentionKeep(nn.Module):
+    """d2l's DotProductAttention, changed to take a boolean keep mask (batch, queries, keys) instead of
+    valid lengths; `softmax` is softmax_keep_d2l or softmax_keep_float_mask."""
+    def __init__(self, dropout, softmax, **kwargs):
+        super(DotProductAttentionKeep, self).__init__(**kwargs)
+        self.dropout = nn.Dropout(dropout)
+        self.softmax = softmax
+
+    def forward(self, queries, keys, values, keep):
+        d = queries.shape[-1]
+        scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)
+        self.attention_weights = self.softmax(scores, keep)
+        return torch.bmm(self.dropout(self.attention_weights), values)
+
+
+class MultiHeadAttentionKeep(nn.Module):
+    """d2l's MultiHeadAttention, changed to take a boolean keep mask (batch or 1, queries, keys) instead
+    of valid lengths; the mask of a batch row applies to all its heads, as repeat_interleave does for
+    valid lengths. Its parameters are copied from a d2l MultiHeadAttention."""
+    def __init__(self, d2l_attention, softmax, **kwargs):
+        super(MultiHeadAttentionKeep, self).__init__(**kwargs)
+        self.num_heads = d2l_attention.num_heads
+        self.attention = DotProductAttentionKeep(d2l_attention.attention.dropout.p, softmax)
+        self.W_q, self.W_k = d2l_attention.W_q, d2l_attention.W_k
+        self.W_v, self.W_o = d2l_attention.W_v, d2l_attention.W_o
+
+    def forward(self, queries, keys, values, keep):
+        batch_size = queries.shape[0]
+        queries = transpose_qkv(self.W_q(queries), self.num_heads)
+        keys = transpose_qkv(self.W_k(keys), self.num_heads)
+        values = transpose_qkv(self.W_v(values), self.num_heads)
+        # On axis 0, copy the mask of each batch row for `num_heads` times
+        keep = torch.repeat_interleave(keep.expand(batch_size, -1, -1), repeats=self.num_heads, dim=0)
+        output = self.attention(queries, keys, values, keep)
+        output_concat = transpose_output(output, self.num_heads)
+        return self.W_o(output_concat)
 
 
 # --------------------------------------------------------------------------------------
@@ -560,6 +649,165 @@ def conv1d_cases():
                              "(k - 1) // 2 steps on the left and the rest on the right"])
 
 
+def mask_combined(batch, num_queries, num_keys, valid_lens, causal, keep):
+    """The AND of a mask's parts, (batch, num_queries, num_keys): what attend::Mask must keep."""
+    combined = torch.ones(batch, num_queries, num_keys, dtype=torch.bool)
+    if valid_lens is not None:
+        combined &= lens_keep(valid_lens, num_queries, num_keys)
+    if causal:
+        combined &= causal_keep(num_queries, num_keys)
+    if keep is not None:
+        combined &= keep
+    return combined
+
+
+def mask_text(valid_lens, causal, keep, zero):
+    parts = []
+    if causal:
+        parts.append("causal")
+    if valid_lens is not None:
+        parts.append("valid_lens %s" % valid_lens.tolist())
+    if keep is not None:
+        parts.append("keep %s" % (tuple(keep.shape),))
+    return "mask %s, %s" % (" && ".join(parts), "FullyMasked::zero" if zero else "FullyMasked::uniform")
+
+
+def mask_entries(valid_lens, causal, keep, zero, combined):
+    return (lens_entries(valid_lens) + [("causal", int(causal))]
+            + ([] if keep is None else [("keep", keep)])
+            + [("fully_masked_zero", int(zero)), ("combined_keep", combined)])
+
+
+MASK_NOTES = [
+    "mask parts: valid_lens (absent: none), causal (0/1: key j of query i kept when j <= i + (keys - queries), "
+    "bottom-right aligned), keep (absent: none; 0/1, shape (batch or 1, queries, keys)), fully_masked_zero (0/1)",
+    "combined_keep (batch, queries, keys) is the AND of the parts, built from the formulas",
+    "reference: FullyMasked::uniform -> scores.masked_fill(~keep, -1e6), softmax (d2l's rule); "
+    "FullyMasked::zero -> scores + float mask (0 kept, -inf blocked), softmax, NaN rows (no key seen) -> 0 "
+    "(recent PyTorch's scaled_dot_product_attention; torch 1.13 has none)",
+]
+
+
+def random_keep(shape, p=0.6):
+    """A random keep mask in which every query keeps at least one key."""
+    keep = torch.rand(shape) < p
+    first = torch.randint(shape[-1], shape[:-1])
+    keep.scatter_(-1, first[..., None], True)
+    return keep
+
+
+def mask_softmax_for(zero):
+    return softmax_keep_float_mask if zero else softmax_keep_d2l
+
+
+def check_rules_agree(scores, combined):
+    """Where a query sees a key, the -1e6 rule and the -inf rule give identical weights."""
+    sees = combined.any(-1)
+    a = softmax_keep_d2l(scores, combined)
+    b = softmax_keep_float_mask(scores, combined)
+    assert torch.equal(a[sees], b[sees])
+    return int((~sees).sum())
+
+
+def mask_dot_product_cases():
+    cases = [
+        # name, seed, (batch, queries, keys), valid_lens, causal, keep maker, zero
+        ("mask_dot_causal_square", 101, (2, 4, 4), None, True, None, False),
+        ("mask_dot_causal_fewer_queries", 102, (2, 3, 5), None, True, None, False),
+        ("mask_dot_causal_more_queries_uniform", 103, (2, 5, 3), None, True, None, False),
+        ("mask_dot_causal_more_queries_zero", 103, (2, 5, 3), None, True, None, True),
+        ("mask_dot_keep_broadcast", 104, (2, 3, 5), None, False, (1, 3, 5), False),
+        ("mask_dot_keep_batch", 105, (2, 3, 5), None, False, (2, 3, 5), False),
+        ("mask_dot_keep_lens_uniform", 106, (2, 3, 5), torch.tensor([4, 1]), False, (2, 3, 5), False),
+        ("mask_dot_keep_lens_zero", 106, (2, 3, 5), torch.tensor([4, 1]), False, (2, 3, 5), True),
+        ("mask_dot_causal_lens_uniform", 107, (2, 3, 5), torch.tensor([[1, 4, 5], [0, 3, 2]]), True, None, False),
+        ("mask_dot_causal_lens_zero", 107, (2, 3, 5), torch.tensor([[1, 4, 5], [0, 3, 2]]), True, None, True),
+    ]
+    for name, seed, (batch, num_queries, num_keys), valid_lens, causal, keep_shape, zero in cases:
+        torch.manual_seed(seed)
+        queries = torch.randn(batch, num_queries, 4)
+        keys, values = torch.randn(batch, num_keys, 4), torch.randn(batch, num_keys, 6)
+        keep = None if keep_shape is None else random_keep(keep_shape)
+        if name.startswith("mask_dot_keep_lens"):
+            keep[1, 0, 0] = False  # with valid length 1, query 0 of batch row 1 sees no key
+        combined = mask_combined(batch, num_queries, num_keys, valid_lens, causal, keep)
+        attention = DotProductAttentionKeep(dropout=0.5, softmax=mask_softmax_for(zero))
+        attention.eval()
+        output = attention(queries, keys, values, combined)
+        scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(4)
+        blind = check_rules_agree(scores, combined)
+        if valid_lens is not None:
+            # On valid lengths alone, the -1e6 rule with a keep mask is d2l's masked_softmax bit for bit.
+            assert torch.equal(softmax_keep_d2l(scores, lens_keep(valid_lens, num_queries, num_keys)),
+                               masked_softmax(scores.clone(), valid_lens))
+        write_fixture(name, "DotProductAttention(0.5) in eval mode with a boolean keep mask, queries (%d, %d, 4), "
+                      "keys (%d, %d, 4), values (%d, %d, 6), %s; queries that see no key: %d"
+                      % (batch, num_queries, batch, num_keys, batch, num_keys,
+                         mask_text(valid_lens, causal, keep, zero), blind),
+                      [("queries", queries), ("keys", keys), ("values", values)]
+                      + mask_entries(valid_lens, causal, keep, zero, combined)
+                      + [("output", output), ("attention_weights", attention.attention_weights)],
+                      notes=MASK_NOTES)
+
+
+def mask_softmax_cases():
+    for name, zero in [("mask_softmax_all_parts_uniform", False), ("mask_softmax_all_parts_zero", True)]:
+        torch.manual_seed(111)
+        batch, num_queries, num_keys = 2, 4, 6
+        X = 3 * torch.randn(batch, num_queries, num_keys)
+        valid_lens = torch.tensor([[6, 2, 0, 5], [3, 6, 4, 1]])
+        keep = random_keep((1, num_queries, num_keys))
+        combined = mask_combined(batch, num_queries, num_keys, valid_lens, True, keep)
+        output = mask_softmax_for(zero)(X, combined)
+        blind = check_rules_agree(X, combined)
+        write_fixture(name, "masked softmax of X = 3 * randn(2, 4, 6), %s; queries that see no key: %d"
+                      % (mask_text(valid_lens, True, keep, zero), blind),
+                      [("X", X)] + mask_entries(valid_lens, True, keep, zero, combined) + [("output", output)],
+                      notes=MASK_NOTES)
+
+
+def mask_mha_cases():
+    key_size, query_size, value_size, num_hiddens = 6, 5, 4, 12
+    cases = [
+        # name, seed, num_heads, bias, valid_lens, causal, keep shape, zero
+        ("mask_mha_causal", 121, 3, True, None, True, None, False),
+        ("mask_mha_keep_broadcast", 122, 2, False, None, False, (1, 4, 6), False),
+        ("mask_mha_keep_lens", 123, 3, True, torch.tensor([5, 2]), False, (2, 4, 6), False),
+        ("mask_mha_causal_lens_uniform", 124, 4, True, torch.tensor([[1, 0, 6, 4], [2, 3, 0, 5]]), True, None,
+         False),
+        ("mask_mha_causal_lens_zero", 124, 4, True, torch.tensor([[1, 0, 6, 4], [2, 3, 0, 5]]), True, None, True),
+    ]
+    for name, seed, num_heads, bias, valid_lens, causal, keep_shape, zero in cases:
+        torch.manual_seed(seed)
+        d2l_attention = MultiHeadAttention(key_size, query_size, value_size, num_hiddens, num_heads, 0.5, bias=bias)
+        d2l_attention.eval()
+        queries, keys, values = torch.randn(2, 4, 5), torch.randn(2, 6, 6), torch.randn(2, 6, 4)
+        keep = None if keep_shape is None else random_keep(keep_shape)
+        combined = mask_combined(2, 4, 6, valid_lens, causal, keep)
+        attention = MultiHeadAttentionKeep(d2l_attention, mask_softmax_for(zero))
+        attention.eval()
+        output = attention(queries, keys, values, keep=combined)
+        if valid_lens is not None:
+            # With d2l's -1e6 rule, the copy is d2l's MultiHeadAttention bit for bit on valid lengths alone.
+            d2l_rule = MultiHeadAttentionKeep(d2l_attention, softmax_keep_d2l)
+            d2l_rule.eval()
+            assert torch.equal(d2l_rule(queries, keys, values, lens_keep(valid_lens, 4, 6)),
+                               d2l_attention(queries, keys, values, valid_lens))
+        blind = int((~combined.any(-1)).sum())
+        write_fixture(name, "MultiHeadAttention(key_size=6, query_size=5, value_size=4, num_hiddens=12, "
+                      "num_heads=%d, dropout=0.5, bias=%s) in eval mode with a boolean keep mask, queries (2, 4, 5), "
+                      "keys (2, 6, 6), values (2, 6, 4), %s; queries that see no key: %d"
+                      % (num_heads, bias, mask_text(valid_lens, causal, keep, zero), blind),
+                      [("num_heads", num_heads), ("bias", int(bias)),
+                       ("queries", queries), ("keys", keys), ("values", values)]
+                      + mask_entries(valid_lens, causal, keep, zero, combined)
+                      + mha_entries(d2l_attention, bias)
+                      + [("output", output), ("attention_weights", attention.attention.attention_weights)],
+                      notes=MASK_NOTES + ["parameters are d2l's MultiHeadAttention's; attention_weights is "
+                                          "(batch * num_heads, queries, keys), row b * num_heads + h for head h of "
+                                          "batch row b; the mask of batch row b applies to all its heads"])
+
+
 def main():
     os.makedirs(GOLDEN_DIR, exist_ok=True)
     with torch.no_grad():
@@ -573,6 +821,9 @@ def main():
         positional_encoding_cases()
         rnn_cases()
         conv1d_cases()
+        mask_softmax_cases()
+        mask_dot_product_cases()
+        mask_mha_cases()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 // attend/detail/attend_rows.hpp — the work shared by every attention: weights from scores, then values.
 //
-// For one (batch row, head) pair, given its scores (queries, keys):
-//   1. masked softmax of every row, in place: the scores become the attention weights, kept for the caller;
+// For one (batch row, head) pair, given its scores (queries, keys) and the mask of its batch row:
+//   1. masked softmax of every row, in place: the scores become the attention weights, kept for the caller
+//      (a query that sees no key gets the mask's FullyMasked rule: uniform weights, or a zero row and so a zero
+//      output row);
 //   2. output = dropout(weights) @ values — dropout only in training, on a copy, so the kept weights are
 //      those before dropout, as in d2l.
 // And scaled_dot_product_heads(), which runs this over every (batch row, head) of projected Q, K, V read through
@@ -10,10 +12,10 @@
 #pragma once
 
 #include <attend/dropout.hpp>
+#include <attend/mask.hpp>
 #include <attend/masked_softmax.hpp>
 #include <attend/random.hpp>
 #include <attend/tensor.hpp>
-#include <attend/valid_lens.hpp>
 
 namespace attend {
 namespace detail {
@@ -22,10 +24,9 @@ namespace detail {
 // values: (keys, value_dim); output: (queries, value_dim)
 // generator: null when dropout is off (evaluation mode or p = 0).
 template <class Scalar, class Scores, class Values, class Output>
-void attend_rows(Eigen::MatrixBase<Scores>& scores, const ValidLens& valid_lens, Index b,
-                 const Eigen::MatrixBase<Values>& values, Eigen::MatrixBase<Output>& output, Scalar dropout,
-                 Generator* generator) {
-  masked_softmax_block(scores, valid_lens, b);
+void attend_rows(Eigen::MatrixBase<Scores>& scores, const Mask& mask, Index b, const Eigen::MatrixBase<Values>& values,
+                 Eigen::MatrixBase<Output>& output, Scalar dropout, Generator* generator) {
+  masked_softmax_block(scores, mask, b);
   if (generator == nullptr) {
     output.noalias() = scores * values;
   } else {
@@ -39,12 +40,12 @@ void attend_rows(Eigen::MatrixBase<Scores>& scores, const ValidLens& valid_lens,
 //   Q: (batch * num_queries, num_heads * d)   K: (batch * num_keys, num_heads * d)
 //   V: (batch * num_keys, num_heads * dv)     output: (batch * num_queries, num_heads * dv)
 //   weights: (batch * num_heads, num_queries, num_keys), filled; row b * num_heads + h is head h of batch row b.
-// valid_lens are indexed by batch row (shape checked by the caller); each head reuses its batch row's lengths,
-// as d2l's repeat_interleave does.
+// The mask is indexed by batch row (shape checked by the caller); each head reuses its batch row's mask, as d2l's
+// repeat_interleave does for valid lengths.
 template <class Scalar>
 void scaled_dot_product_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eigen::Ref<const Matrix<Scalar>>& K,
                               const Eigen::Ref<const Matrix<Scalar>>& V, Index batch, Index num_queries, Index num_keys,
-                              Index num_heads, const ValidLens& valid_lens, Tensor3<Scalar>& weights,
+                              Index num_heads, const Mask& mask, Tensor3<Scalar>& weights,
                               Eigen::Ref<Matrix<Scalar>> output, Scalar dropout, Generator* generator) {
   const Index d = Q.cols() / num_heads, dv = V.cols() / num_heads;
   const Scalar scale = Scalar(1) / std::sqrt(static_cast<Scalar>(d));
@@ -57,7 +58,7 @@ void scaled_dot_product_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const E
       auto scores = slice(weights, b * num_heads + h);                    // (queries, keys)
       auto out = output.block(b * num_queries, h * dv, num_queries, dv);  // (queries, dv)
       scores.noalias() = scale * (Qh * Kh.transpose());
-      attend_rows(scores, valid_lens, b, Vh, out, dropout, generator);
+      attend_rows(scores, mask, b, Vh, out, dropout, generator);
     }
   }
 }

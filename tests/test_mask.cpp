@@ -1,0 +1,645 @@
+// attend::Mask: causal and keep masks, their AND with valid lengths, and the rule for a query that sees no key.
+// Golden tests against PyTorch (fixtures mask_*, made by tests/reference/make_fixtures.py from d2l's code with a
+// boolean keep mask), properties from the definitions in mask.hpp, and every bad-input path.
+#include <attend/additive_attention.hpp>
+#include <attend/dot_product_attention.hpp>
+#include <attend/mask.hpp>
+#include <attend/masked_softmax.hpp>
+#include <attend/multi_head_attention.hpp>
+#include <attend/transpose_qkv.hpp>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <support/fixture.hpp>
+#include <support/lens.hpp>
+#include <support/matchers.hpp>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+using attend::FullyMasked;
+using attend::Index;
+using attend::Mask;
+using attend::Tensor3;
+using attend::ValidLens;
+using Catch::Matchers::Message;
+
+namespace {
+
+// Bit-for-bit equality, through the element-wise matcher (which also fails on NaN).
+template <class Scalar>
+attend_test::Tolerance<Scalar> exact() {
+  return {0, 0};
+}
+
+// A fixture's 0/1 tensor as booleans.
+Tensor3<bool> booleans(const attend_test::Fixture& fixture, const std::string& name) {
+  const Tensor3<double> values = fixture.tensor3<double>(name);
+  Tensor3<bool> out(values.dimension(0), values.dimension(1), values.dimension(2));
+  for (Index i = 0; i < values.size(); ++i) out.data()[i] = values.data()[i] != 0.0;
+  return out;
+}
+
+// The mask a fixture describes: valid_lens && causal && keep, with its rule for a query that sees no key.
+Mask mask_from(const attend_test::Fixture& fixture) {
+  Mask mask = attend_test::valid_lens(fixture);
+  if (fixture.index("causal") != 0) mask = mask && Mask::causal();
+  if (fixture.has("keep")) mask = mask && Mask::keep(booleans(fixture, "keep"));
+  if (fixture.index("fully_masked_zero") != 0) mask = mask.when_fully_masked(FullyMasked::zero);
+  return mask;
+}
+
+// A MultiHeadAttention of the fixture's sizes holding its parameters, in eval mode.
+template <class Scalar>
+attend::MultiHeadAttention<Scalar> mha_from(const attend_test::Fixture& fixture) {
+  const auto W_q = fixture.matrix<Scalar>("W_q.weight");  // (num_hiddens, query_size)
+  const auto W_k = fixture.matrix<Scalar>("W_k.weight");  // (num_hiddens, key_size)
+  const auto W_v = fixture.matrix<Scalar>("W_v.weight");  // (num_hiddens, value_size)
+  const bool bias = fixture.index("bias") != 0;
+  attend::MultiHeadAttention<Scalar> attention(W_k.cols(), W_q.cols(), W_v.cols(), W_q.rows(),
+                                               fixture.index("num_heads"), Scalar(0.5), bias);
+  const std::pair<const char*, attend::Linear<Scalar>*> layers[] = {
+      {"W_q", &attention.W_q()}, {"W_k", &attention.W_k()}, {"W_v", &attention.W_v()}, {"W_o", &attention.W_o()}};
+  for (const auto& [name, layer] : layers) {
+    layer->weight() = fixture.matrix<Scalar>(std::string(name) + ".weight");
+    if (bias) layer->bias() = fixture.vector<Scalar>(std::string(name) + ".bias");
+  }
+  attention.eval();
+  return attention;
+}
+
+template <class Scalar>
+Tensor3<Scalar> random_tensor(Index d0, Index d1, Index d2, std::mt19937& rng, double scale = 2.0) {
+  std::normal_distribution<double> normal(0.0, scale);
+  Tensor3<Scalar> X(d0, d1, d2);
+  for (Index i = 0; i < X.size(); ++i) X.data()[i] = static_cast<Scalar>(normal(rng));
+  return X;
+}
+
+Tensor3<bool> random_keep(Index batch, Index num_queries, Index num_keys, std::mt19937& rng, double p = 0.6) {
+  std::bernoulli_distribution keep(p);
+  Tensor3<bool> K(batch, num_queries, num_keys);
+  for (Index i = 0; i < K.size(); ++i) K.data()[i] = keep(rng);
+  return K;
+}
+
+Tensor3<bool> all(Index batch, Index num_queries, Index num_keys, bool value) {
+  Tensor3<bool> K(batch, num_queries, num_keys);
+  K.setConstant(value);
+  return K;
+}
+
+// Written from the definitions, independently of mask.hpp:
+//   valid lengths  j < len(b, q)
+//   causal         j <= q + (num_keys - num_queries)
+//   keep           K(b or 0, q, j)
+bool lens_keeps(const ValidLens& lens, Index b, Index q, Index j) { return lens.empty() || j < lens.length(b, q); }
+bool causal_keeps(Index q, Index j, Index num_queries, Index num_keys) { return j <= q + (num_keys - num_queries); }
+bool tensor_keeps(const Tensor3<bool>& K, Index b, Index q, Index j) { return K(K.dimension(0) == 1 ? 0 : b, q, j); }
+
+// Every mask of the property tests, its parts known: (lens, causal, keep or empty tensor).
+struct Parts {
+  ValidLens lens;
+  bool causal = false;
+  Tensor3<bool> keep;  // size 0: none
+
+  Mask mask() const {
+    Mask m = lens;
+    if (causal) m = m && Mask::causal();
+    if (keep.size() > 0) m = m && Mask::keep(keep);
+    return m;
+  }
+  bool keeps(Index b, Index q, Index j, Index num_queries, Index num_keys) const {
+    return lens_keeps(lens, b, q, j) && (!causal || causal_keeps(q, j, num_queries, num_keys)) &&
+           (keep.size() == 0 || tensor_keeps(keep, b, q, j));
+  }
+};
+
+// A spread of masks for scores of shape (batch, num_queries, num_keys), including fully masked queries.
+std::vector<Parts> some_parts(Index batch, Index num_queries, Index num_keys, std::mt19937& rng) {
+  std::vector<Index> per_batch(static_cast<std::size_t>(batch));
+  for (Index b = 0; b < batch; ++b) per_batch[static_cast<std::size_t>(b)] = (b * 3) % (num_keys + 2);  // 0 first
+  attend::Matrix<Index> per_query(batch, num_queries);
+  for (Index i = 0; i < per_query.size(); ++i) per_query.data()[i] = static_cast<Index>(rng() % (num_keys + 2));
+  std::vector<Parts> parts(8);
+  parts[1].lens = ValidLens::per_batch(per_batch);
+  parts[2].lens = ValidLens::per_query(per_query);
+  parts[3].causal = true;
+  parts[4].keep = random_keep(batch, num_queries, num_keys, rng);
+  parts[5].keep = random_keep(1, num_queries, num_keys, rng);
+  parts[6].lens = ValidLens::per_query(per_query);
+  parts[6].causal = true;
+  parts[7].keep = random_keep(1, num_queries, num_keys, rng, 0.3);
+  parts[7].causal = true;
+  return parts;
+}
+
+// The whole mask as a keep tensor (batch, num_queries, num_keys), from the definitions.
+Tensor3<bool> as_keep(const std::vector<const Parts*>& all_parts, Index batch, Index num_queries, Index num_keys) {
+  Tensor3<bool> K(batch, num_queries, num_keys);
+  for (Index b = 0; b < batch; ++b)
+    for (Index q = 0; q < num_queries; ++q)
+      for (Index j = 0; j < num_keys; ++j) {
+        bool kept = true;
+        for (const Parts* p : all_parts) kept = kept && p->keeps(b, q, j, num_queries, num_keys);
+        K(b, q, j) = kept;
+      }
+  return K;
+}
+
+}  // namespace
+
+// ---- golden: PyTorch with a boolean keep mask --------------------------------------------------------------------
+
+TEMPLATE_TEST_CASE("masked_softmax with a Mask matches PyTorch", "[mask][golden]", float, double) {
+  const auto name = GENERATE(as<std::string>{}, "mask_softmax_all_parts_uniform", "mask_softmax_all_parts_zero");
+  CAPTURE(name);
+  const attend_test::Fixture fixture(name);
+  const Tensor3<TestType> weights = attend::masked_softmax(fixture.tensor3<TestType>("X"), mask_from(fixture));
+  REQUIRE_THAT(weights, attend_test::Near(fixture.tensor3<double>("output"), attend_test::tolerance<TestType>()));
+}
+
+TEMPLATE_TEST_CASE("DotProductAttention with a Mask matches PyTorch (output and weights)", "[mask][golden]", float,
+                   double) {
+  const auto name = GENERATE(as<std::string>{}, "mask_dot_causal_square", "mask_dot_causal_fewer_queries",
+                             "mask_dot_causal_more_queries_uniform", "mask_dot_causal_more_queries_zero",
+                             "mask_dot_keep_broadcast", "mask_dot_keep_batch", "mask_dot_keep_lens_uniform",
+                             "mask_dot_keep_lens_zero", "mask_dot_causal_lens_uniform", "mask_dot_causal_lens_zero");
+  CAPTURE(name);
+  const attend_test::Fixture fixture(name);
+  attend::DotProductAttention<TestType> attention(TestType(0.5));
+  attention.eval();
+  const Tensor3<TestType> output = attention(fixture.tensor3<TestType>("queries"), fixture.tensor3<TestType>("keys"),
+                                             fixture.tensor3<TestType>("values"), mask_from(fixture));
+  const auto tolerance = attend_test::tolerance<TestType>();
+  REQUIRE_THAT(output, attend_test::Near(fixture.tensor3<double>("output"), tolerance));
+  REQUIRE_THAT(attention.attention_weights(),
+               attend_test::Near(fixture.tensor3<double>("attention_weights"), tolerance));
+}
+
+TEMPLATE_TEST_CASE("MultiHeadAttention with a Mask matches d2l's code with a keep mask", "[mask][golden]", float,
+                   double) {
+  const auto name = GENERATE(as<std::string>{}, "mask_mha_causal", "mask_mha_keep_broadcast", "mask_mha_keep_lens",
+                             "mask_mha_causal_lens_uniform", "mask_mha_causal_lens_zero");
+  CAPTURE(name);
+  const attend_test::Fixture fixture(name);
+  auto attention = mha_from<TestType>(fixture);
+  const Tensor3<TestType> output = attention(fixture.tensor3<TestType>("queries"), fixture.tensor3<TestType>("keys"),
+                                             fixture.tensor3<TestType>("values"), mask_from(fixture));
+  const auto tolerance = attend_test::tolerance<TestType>();
+  REQUIRE_THAT(output, attend_test::Near(fixture.tensor3<double>("output"), tolerance));
+  REQUIRE_THAT(attention.attention_weights(),
+               attend_test::Near(fixture.tensor3<double>("attention_weights"), tolerance));
+}
+
+// The script builds combined_keep from the formulas (causal bottom-right aligned); Mask::keeps must agree everywhere,
+// and the combined tensor alone, as a keep mask, must give the same weights as the parts.
+TEMPLATE_TEST_CASE("the fixtures' masks keep exactly the keys the script's formulas keep", "[mask][golden]", float,
+                   double) {
+  const auto name = GENERATE(as<std::string>{}, "mask_softmax_all_parts_uniform", "mask_dot_causal_square",
+                             "mask_dot_causal_fewer_queries", "mask_dot_causal_more_queries_zero",
+                             "mask_dot_keep_broadcast", "mask_dot_keep_lens_zero", "mask_dot_causal_lens_uniform",
+                             "mask_mha_keep_lens", "mask_mha_causal_lens_zero");
+  CAPTURE(name);
+  const attend_test::Fixture fixture(name);
+  const Mask mask = mask_from(fixture);
+  const Tensor3<bool> combined = booleans(fixture, "combined_keep");  // (batch, queries, keys)
+  const Index batch = combined.dimension(0), num_queries = combined.dimension(1), num_keys = combined.dimension(2);
+  REQUIRE_NOTHROW(mask.require_shape(batch, num_queries, num_keys, "test"));
+  for (Index b = 0; b < batch; ++b)
+    for (Index q = 0; q < num_queries; ++q)
+      for (Index j = 0; j < num_keys; ++j) {
+        CAPTURE(b, q, j);
+        REQUIRE(mask.keeps(b, q, j, num_queries, num_keys) == combined(b, q, j));
+      }
+  std::mt19937 rng(3);
+  const Tensor3<TestType> X = random_tensor<TestType>(batch, num_queries, num_keys, rng);
+  REQUIRE_THAT(attend::masked_softmax(X, mask),
+               attend_test::Near(attend::masked_softmax(X, Mask::keep(combined).when_fully_masked(mask.fully_masked())),
+                                 exact<TestType>()));
+}
+
+// ---- semantics --------------------------------------------------------------------------------------------------
+
+TEST_CASE("causal is aligned bottom-right: query i sees keys j <= i + (keys - queries)", "[mask]") {
+  const Mask causal = Mask::causal();
+  CHECK(causal.is_causal());
+  CHECK_FALSE(causal.has_elementwise());
+  // As many queries as keys: the lower triangle.
+  for (Index q = 0; q < 4; ++q) CHECK(causal.visible_prefix(0, q, 4, 4) == q + 1);
+  // Fewer queries than keys (a decoder with 3 cached keys): the last query sees all 5 keys.
+  CHECK(causal.visible_prefix(0, 0, 2, 5) == 4);
+  CHECK(causal.visible_prefix(0, 1, 2, 5) == 5);
+  // More queries than keys: the first 5 - 3 = 2 queries see nothing, the last sees every key.
+  const Index expected[] = {0, 0, 1, 2, 3};
+  for (Index q = 0; q < 5; ++q) CHECK(causal.visible_prefix(1, q, 5, 3) == expected[q]);
+  CHECK_FALSE(causal.keeps(0, 0, 0, 5, 3));
+  CHECK(causal.keeps(0, 4, 2, 5, 3));
+}
+
+TEST_CASE("visible_prefix is the minimum of the prefix limits, and keep_row adds per-element work", "[mask]") {
+  const Mask none;
+  CHECK(none.empty());
+  CHECK(none.visible_prefix(0, 0, 3, 7) == 7);
+  CHECK(none.keep_row(0, 0) == nullptr);
+
+  const Mask lens = ValidLens{9, 2};
+  CHECK_FALSE(lens.empty());
+  CHECK(lens.visible_prefix(0, 1, 3, 7) == 7);  // a length past the keys masks nothing
+  CHECK(lens.visible_prefix(1, 1, 3, 7) == 2);
+
+  const Mask both = ValidLens{9, 2} && Mask::causal();  // 3 queries, 7 keys: causal limits 5, 6, 7
+  CHECK(both.visible_prefix(0, 0, 3, 7) == 5);
+  CHECK(both.visible_prefix(0, 2, 3, 7) == 7);
+  CHECK(both.visible_prefix(1, 0, 3, 7) == 2);
+  CHECK_FALSE(both.has_elementwise());
+
+  Tensor3<bool> K = all(1, 3, 7, true);
+  K(0, 1, 3) = false;
+  const Mask with_keep = both && Mask::keep(K);
+  CHECK(with_keep.has_elementwise());
+  CHECK(with_keep.visible_prefix(0, 1, 3, 7) == 6);  // the prefix limit ignores the keep tensor
+  REQUIRE(with_keep.keep_row(1, 1) != nullptr);
+  CHECK_FALSE(with_keep.keep_row(1, 1)[3]);  // batch row 1 reads the broadcast row 0
+  CHECK_FALSE(with_keep.keeps(0, 1, 3, 3, 7));
+  CHECK(with_keep.keeps(0, 1, 4, 3, 7));
+}
+
+TEMPLATE_TEST_CASE("a && b keeps exactly the element-wise AND, whatever the parts", "[mask]", float, double) {
+  std::mt19937 rng(11);
+  const Index batch = 3, num_queries = 4, num_keys = 6;
+  const Tensor3<TestType> X = random_tensor<TestType>(batch, num_queries, num_keys, rng, 3.0);
+  const std::vector<Parts> parts = some_parts(batch, num_queries, num_keys, rng);
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    for (std::size_t j = 0; j < parts.size(); ++j) {
+      CAPTURE(i, j);
+      const Mask both = parts[i].mask() && parts[j].mask();
+      const Tensor3<bool> expected = as_keep({&parts[i], &parts[j]}, batch, num_queries, num_keys);
+      for (Index b = 0; b < batch; ++b)
+        for (Index q = 0; q < num_queries; ++q)
+          for (Index k = 0; k < num_keys; ++k) {
+            CAPTURE(b, q, k);
+            REQUIRE(both.keeps(b, q, k, num_queries, num_keys) == expected(b, q, k));
+          }
+      for (const FullyMasked rule : {FullyMasked::uniform, FullyMasked::zero}) {
+        REQUIRE_THAT(attend::masked_softmax(X, both.when_fully_masked(rule)),
+                     attend_test::Near(attend::masked_softmax(X, Mask::keep(expected).when_fully_masked(rule)),
+                                       exact<TestType>()));
+      }
+    }
+}
+
+// Valid lengths through a Mask take the "replace the tail" path; the same keys as a keep tensor take the per-element
+// path. Both must give the ValidLens result bit for bit, in every module.
+TEMPLATE_TEST_CASE("ValidLens as a Mask equals the ValidLens result bit for bit", "[mask]", float, double) {
+  std::mt19937 rng(12);
+  const Index batch = 2, num_queries = 3, num_keys = 5;
+  attend::Matrix<Index> per_query(batch, num_queries);
+  per_query << 0, 2, 7, 5, 1, 3;
+  for (const ValidLens& lens : {ValidLens{2, 0}, ValidLens::per_query(per_query)}) {
+    Parts parts;
+    parts.lens = lens;
+    const Tensor3<bool> K = as_keep({&parts}, batch, num_queries, num_keys);
+    const Mask as_mask = lens, as_keep_mask = Mask::keep(K);
+
+    const Tensor3<TestType> X = random_tensor<TestType>(batch, num_queries, num_keys, rng);
+    const Tensor3<TestType> reference = attend::masked_softmax(X, lens);
+    REQUIRE_THAT(attend::masked_softmax(X, as_mask), attend_test::Near(reference, exact<TestType>()));
+    REQUIRE_THAT(attend::masked_softmax(X, as_keep_mask), attend_test::Near(reference, exact<TestType>()));
+
+    const Tensor3<TestType> queries = random_tensor<TestType>(batch, num_queries, 4, rng);
+    const Tensor3<TestType> keys = random_tensor<TestType>(batch, num_keys, 4, rng);
+    const Tensor3<TestType> values = random_tensor<TestType>(batch, num_keys, 6, rng);
+    attend::DotProductAttention<TestType> dot(TestType(0));
+    const Tensor3<TestType> dot_reference = dot(queries, keys, values, lens);
+    const Tensor3<TestType> dot_weights = dot.attention_weights();
+    for (const Mask* mask : {&as_mask, &as_keep_mask}) {
+      REQUIRE_THAT(dot(queries, keys, values, *mask), attend_test::Near(dot_reference, exact<TestType>()));
+      REQUIRE_THAT(dot.attention_weights(), attend_test::Near(dot_weights, exact<TestType>()));
+    }
+
+    attend::MultiHeadAttention<TestType> mha(4, 4, 6, 8, 2, TestType(0), true);
+    const Tensor3<TestType> mha_reference = mha(queries, keys, values, lens);
+    const Tensor3<TestType> mha_weights = mha.attention_weights();
+    for (const Mask* mask : {&as_mask, &as_keep_mask}) {
+      REQUIRE_THAT(mha(queries, keys, values, *mask), attend_test::Near(mha_reference, exact<TestType>()));
+      REQUIRE_THAT(mha.attention_weights(), attend_test::Near(mha_weights, exact<TestType>()));
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("a keep mask of all true equals no mask, in every entry point", "[mask]", float, double) {
+  std::mt19937 rng(13);
+  const Index batch = 2, num_queries = 3, num_keys = 4;
+  const Tensor3<TestType> X = random_tensor<TestType>(batch, num_queries, num_keys, rng);
+  const Tensor3<TestType> queries = random_tensor<TestType>(batch, num_queries, 5, rng);
+  const Tensor3<TestType> keys = random_tensor<TestType>(batch, num_keys, 5, rng);
+  const Tensor3<TestType> values = random_tensor<TestType>(batch, num_keys, 3, rng);
+  for (const Index keep_batch : {Index(1), batch}) {
+    CAPTURE(keep_batch);
+    const Mask everything = Mask::keep(all(keep_batch, num_queries, num_keys, true));
+    REQUIRE_THAT(attend::masked_softmax(X, everything),
+                 attend_test::Near(attend::masked_softmax(X), exact<TestType>()));
+
+    attend::DotProductAttention<TestType> dot(TestType(0));
+    const Tensor3<TestType> dot_none = dot(queries, keys, values);
+    const Tensor3<TestType> dot_weights = dot.attention_weights();
+    REQUIRE_THAT(dot(queries, keys, values, everything), attend_test::Near(dot_none, exact<TestType>()));
+    REQUIRE_THAT(dot.attention_weights(), attend_test::Near(dot_weights, exact<TestType>()));
+
+    attend::AdditiveAttention<TestType> additive(5, 5, 7, TestType(0));
+    const Tensor3<TestType> additive_none = additive(queries, keys, values);
+    REQUIRE_THAT(additive(queries, keys, values, everything), attend_test::Near(additive_none, exact<TestType>()));
+
+    attend::MultiHeadAttention<TestType> mha(5, 5, 3, 10, 5, TestType(0));
+    const Tensor3<TestType> mha_none = mha(queries, keys, values);
+    REQUIRE_THAT(mha(queries, keys, values, everything), attend_test::Near(mha_none, exact<TestType>()));
+  }
+}
+
+// The rule for a query that sees no key, on every way of getting there, in evaluation and in training mode (with
+// dropout): uniform weights 1/keys and the mean of the values, or zero weights and a zero output; never NaN.
+TEMPLATE_TEST_CASE("a fully masked query gets its rule and never NaN", "[mask]", float, double) {
+  std::mt19937 rng(14);
+  const Index batch = 2, num_queries = 5, num_keys = 3;
+  // Large scores: a -inf rule would overflow nothing here, but a careless max-subtraction would.
+  const Tensor3<TestType> queries = random_tensor<TestType>(batch, num_queries, 4, rng, 30.0);
+  const Tensor3<TestType> keys = random_tensor<TestType>(batch, num_keys, 4, rng, 30.0);
+  const Tensor3<TestType> values = random_tensor<TestType>(batch, num_keys, 2, rng);
+  Tensor3<bool> K = random_keep(batch, num_queries, num_keys, rng);
+  for (Index j = 0; j < num_keys; ++j) K(1, 4, j) = false;
+  attend::Matrix<Index> per_query(batch, num_queries);
+  per_query << 3, 0, 2, 1, 3, 2, 3, 0, 1, 3;
+  const Mask masks[] = {ValidLens{0, 2}, ValidLens::per_query(per_query), Mask::causal(), Mask::keep(K),
+                        Mask::keep(K) && Mask::causal() && ValidLens::per_query(per_query)};
+
+  for (const Mask& base : masks) {
+    for (const FullyMasked rule : {FullyMasked::uniform, FullyMasked::zero}) {
+      CAPTURE(attend::to_string(rule));
+      const Mask mask = base.when_fully_masked(rule);
+      REQUIRE(mask.fully_masked() == rule);
+      for (const bool training : {false, true}) {
+        CAPTURE(training);
+        attend::DotProductAttention<TestType> dot(TestType(0.25));
+        attend::MultiHeadAttention<TestType> mha(4, 4, 2, 4, 2, TestType(0.25));
+        if (!training) {
+          dot.eval();
+          mha.eval();
+        }
+        const Tensor3<TestType> out = dot(queries, keys, values, mask);
+        const Tensor3<TestType> mha_out = mha(queries, keys, values, mask);
+        const Tensor3<TestType> X = random_tensor<TestType>(batch, num_queries, num_keys, rng, 1e3);
+        const Tensor3<TestType> softmax = attend::masked_softmax(X, mask);
+        for (const Tensor3<TestType>* T :
+             {&out, &dot.attention_weights(), &mha_out, &mha.attention_weights(), &softmax})
+          for (Index i = 0; i < T->size(); ++i) REQUIRE(std::isfinite(T->data()[i]));
+
+        Index blind = 0;
+        for (Index b = 0; b < batch; ++b)
+          for (Index q = 0; q < num_queries; ++q) {
+            bool sees_a_key = false;
+            for (Index j = 0; j < num_keys; ++j) sees_a_key = sees_a_key || mask.keeps(b, q, j, num_queries, num_keys);
+            if (sees_a_key) continue;
+            ++blind;
+            CAPTURE(b, q);
+            const TestType expected = rule == FullyMasked::zero ? TestType(0) : TestType(1) / TestType(num_keys);
+            for (Index j = 0; j < num_keys; ++j) {
+              REQUIRE(dot.attention_weights()(b, q, j) == expected);
+              REQUIRE(softmax(b, q, j) == expected);
+              for (Index h = 0; h < 2; ++h) REQUIRE(mha.attention_weights()(b * 2 + h, q, j) == expected);
+            }
+            if (rule == FullyMasked::zero) {
+              for (Index v = 0; v < 2; ++v) REQUIRE(out(b, q, v) == TestType(0));
+            } else if (!training) {
+              for (Index v = 0; v < 2; ++v) {
+                const TestType mean = (values(b, 0, v) + values(b, 1, v) + values(b, 2, v)) / TestType(3);
+                REQUIRE_THAT(out(b, q, v), Catch::Matchers::WithinAbs(mean, 1e-5));
+              }
+            }
+          }
+        REQUIRE(blind > 0);
+      }
+    }
+  }
+}
+
+// The documented range: with largest kept score m, a masked key (score -1e6) has weight exactly 0 once
+// -1e6 - m is below exp's underflow, m > -1e6 + 87.34 (float) or m > -1e6 + 708.40 (double); just inside it the
+// weight is tiny but not 0, as in d2l.
+TEMPLATE_TEST_CASE("a masked key's weight is exactly 0 in the documented range of kept scores", "[mask]", float,
+                   double) {
+  const bool is_float = std::is_same<TestType, float>::value;
+  const TestType outside = is_float ? TestType(-1e6 + 88) : TestType(-1e6 + 709);
+  const TestType inside = is_float ? TestType(-1e6 + 80) : TestType(-1e6 + 700);
+  Tensor3<bool> K(1, 1, 2);
+  K.setValues({{{true, false}}});
+  for (const Mask& mask : {Mask(ValidLens{1}), Mask::keep(K), Mask::keep(K) && Mask::causal()}) {
+    Tensor3<TestType> X(1, 1, 2);
+    X.setValues({{{outside, TestType(5)}}});
+    const Tensor3<TestType> far = attend::masked_softmax(X, mask);
+    CHECK(far(0, 0, 1) == TestType(0));
+    CHECK(far(0, 0, 0) == TestType(1));
+    X.setValues({{{inside, TestType(5)}}});
+    const Tensor3<TestType> near = attend::masked_softmax(X, mask);
+    CHECK(near(0, 0, 1) > TestType(0));
+    CHECK(near(0, 0, 1) < TestType(1e-30));
+  }
+}
+
+// d2l applies the valid lengths of batch row b to each of its heads (repeat_interleave); a Mask does the same. The
+// literal route: transpose_qkv, DotProductAttention on (batch * heads) rows with the keep mask repeated per head.
+TEMPLATE_TEST_CASE("MultiHeadAttention applies batch row b's mask to all its heads", "[mask]", float, double) {
+  std::mt19937 rng(15);
+  const Index batch = 2, num_queries = 3, num_keys = 5, heads = 3;
+  const Tensor3<TestType> queries = random_tensor<TestType>(batch, num_queries, 4, rng);
+  const Tensor3<TestType> keys = random_tensor<TestType>(batch, num_keys, 6, rng);
+  const Tensor3<TestType> values = random_tensor<TestType>(batch, num_keys, 2, rng);
+  const Tensor3<bool> K = random_keep(batch, num_queries, num_keys, rng);
+  const Mask mask = Mask::keep(K) && Mask::causal() && ValidLens{4, 2};
+  Tensor3<bool> repeated(batch * heads, num_queries, num_keys);  // (batch * heads, q, k)
+  for (Index b = 0; b < batch; ++b)
+    for (Index h = 0; h < heads; ++h)
+      for (Index q = 0; q < num_queries; ++q)
+        for (Index j = 0; j < num_keys; ++j) repeated(b * heads + h, q, j) = mask.keeps(b, q, j, num_queries, num_keys);
+
+  attend::MultiHeadAttention<TestType> attention(6, 4, 2, 12, heads, TestType(0.5), true);
+  attention.eval();
+  const Tensor3<TestType> fast = attention(queries, keys, values, mask);
+  attend::DotProductAttention<TestType> dot(TestType(0.5));
+  dot.eval();
+  const Tensor3<TestType> per_head =
+      dot(attend::transpose_qkv(attention.W_q()(queries), heads), attend::transpose_qkv(attention.W_k()(keys), heads),
+          attend::transpose_qkv(attention.W_v()(values), heads), Mask::keep(repeated));
+  const Tensor3<TestType> literal = attention.W_o()(attend::transpose_output(per_head, heads));
+  const attend_test::Tolerance<TestType> same{16 * std::numeric_limits<TestType>::epsilon(),
+                                              16 * std::numeric_limits<TestType>::epsilon()};
+  REQUIRE_THAT(fast, attend_test::Near(literal, same));
+  REQUIRE_THAT(attention.attention_weights(), attend_test::Near(dot.attention_weights(), same));
+}
+
+TEMPLATE_TEST_CASE("AdditiveAttention takes a Mask like the others", "[mask]", float, double) {
+  std::mt19937 rng(16);
+  const Tensor3<TestType> queries = random_tensor<TestType>(2, 4, 3, rng);
+  const Tensor3<TestType> keys = random_tensor<TestType>(2, 3, 5, rng);
+  const Tensor3<TestType> values = random_tensor<TestType>(2, 3, 2, rng);
+  attend::AdditiveAttention<TestType> attention(5, 3, 6, TestType(0));
+  const Mask mask = (Mask::causal() && ValidLens{3, 1}).when_fully_masked(FullyMasked::zero);
+  const Tensor3<TestType> output = attention(queries, keys, values, mask);
+  // Scores by d2l's formula, w_v . tanh(W_q q + W_k k), then the same mask through masked_softmax.
+  Tensor3<TestType> scores(2, 4, 3);  // (batch, queries, keys)
+  const auto q = attention.W_q()(queries);
+  const auto k = attention.W_k()(keys);
+  for (Index b = 0; b < 2; ++b)
+    for (Index i = 0; i < 4; ++i)
+      for (Index j = 0; j < 3; ++j) {
+        TestType s = 0;
+        for (Index h = 0; h < 6; ++h) s += attention.w_v().weight()(0, h) * std::tanh(q(b, i, h) + k(b, j, h));
+        scores(b, i, j) = s;
+      }
+  const attend_test::Tolerance<TestType> close{64 * std::numeric_limits<TestType>::epsilon(),
+                                               64 * std::numeric_limits<TestType>::epsilon()};
+  REQUIRE_THAT(attention.attention_weights(), attend_test::Near(attend::masked_softmax(scores, mask), close));
+  // Causal with 4 queries and 3 keys: query 0 sees no key in either batch row (and, by the zero rule, gets a zero
+  // output row); query 1 sees key 0, which both valid lengths keep.
+  for (Index b = 0; b < 2; ++b)
+    for (Index v = 0; v < 2; ++v) CHECK(output(b, 0, v) == TestType(0));
+  CHECK(output(0, 1, 0) != TestType(0));
+}
+
+TEST_CASE("the rule for a fully masked query travels through &&", "[mask]") {
+  CHECK(Mask().fully_masked() == FullyMasked::uniform);
+  CHECK(Mask::causal().fully_masked() == FullyMasked::uniform);
+  const Mask zero = Mask::causal().when_fully_masked(FullyMasked::zero);
+  CHECK(zero.fully_masked() == FullyMasked::zero);
+  CHECK((zero && ValidLens{1}).fully_masked() == FullyMasked::zero);
+  CHECK((ValidLens{1} && zero).fully_masked() == FullyMasked::zero);
+  CHECK((zero && Mask().when_fully_masked(FullyMasked::zero)).fully_masked() == FullyMasked::zero);
+  CHECK((zero && Mask()).is_causal());
+  // The explicit default and no choice at all combine to the default.
+  CHECK((Mask().when_fully_masked(FullyMasked::uniform) && Mask::causal()).fully_masked() == FullyMasked::uniform);
+}
+
+TEST_CASE("valid lengths combine into their minimum", "[mask]") {
+  attend::Matrix<Index> per_query(2, 3);
+  per_query << 1, 5, 3, 0, 2, 9;
+  const Mask both = Mask(ValidLens{2, 4}) && ValidLens::per_query(per_query);
+  REQUIRE(both.valid_lens().kind() == ValidLens::Kind::per_query);
+  const Index expected[2][3] = {{1, 2, 2}, {0, 2, 4}};
+  for (Index b = 0; b < 2; ++b)
+    for (Index q = 0; q < 3; ++q) CHECK(both.valid_lens().length(b, q) == expected[b][q]);
+  const Mask per_batch = Mask(ValidLens{2, 4}) && ValidLens{3, 1};
+  REQUIRE(per_batch.valid_lens().kind() == ValidLens::Kind::per_batch);
+  CHECK(per_batch.valid_lens().length(0, 0) == 2);
+  CHECK(per_batch.valid_lens().length(1, 0) == 1);
+}
+
+TEMPLATE_TEST_CASE("masks handle empty shapes", "[mask]", float, double) {
+  const Tensor3<TestType> no_keys(2, 3, 0);
+  const Mask mask = (Mask::keep(Tensor3<bool>(1, 3, 0)) && Mask::causal()).when_fully_masked(FullyMasked::zero);
+  CHECK(attend::masked_softmax(no_keys, mask).dimensions() == no_keys.dimensions());
+  Tensor3<TestType> queries(2, 3, 4), keys(2, 0, 4), values(2, 0, 2);
+  queries.setRandom();
+  attend::DotProductAttention<TestType> dot(TestType(0));
+  const Tensor3<TestType> output = dot(queries, keys, values, mask);  // no keys: a zero output, as with no mask
+  for (Index i = 0; i < output.size(); ++i) CHECK(output.data()[i] == TestType(0));
+}
+
+// ---- bad input --------------------------------------------------------------------------------------------------
+
+TEMPLATE_TEST_CASE("a keep tensor of the wrong shape is rejected, naming both shapes", "[mask][errors]", float,
+                   double) {
+  Tensor3<TestType> X(2, 3, 4);
+  X.setZero();
+  REQUIRE_THROWS_MATCHES(attend::masked_softmax(X, Mask::keep(all(2, 3, 5, true))), std::invalid_argument,
+                         Message("masked_softmax: mask's keep tensor must have shape (2, 3, 4) or (1, 3, 4) (batch or "
+                                 "1, queries, keys), got (2, 3, 5)"));
+  REQUIRE_THROWS_MATCHES(attend::masked_softmax(X, Mask::keep(all(3, 3, 4, true))), std::invalid_argument,
+                         Message("masked_softmax: mask's keep tensor must have shape (2, 3, 4) or (1, 3, 4) (batch or "
+                                 "1, queries, keys), got (3, 3, 4)"));
+  Tensor3<TestType> one(1, 3, 4);
+  one.setZero();
+  REQUIRE_THROWS_MATCHES(attend::masked_softmax(one, Mask::keep(all(2, 3, 4, true))), std::invalid_argument,
+                         Message("masked_softmax: mask's keep tensor must have shape (1, 3, 4) (batch, queries, keys), "
+                                 "got (2, 3, 4)"));
+  // The valid-lengths part keeps its message.
+  REQUIRE_THROWS_MATCHES(attend::masked_softmax(X, (ValidLens{1, 2, 3} && Mask::causal())), std::invalid_argument,
+                         Message("masked_softmax: valid_lens must have shape (2,) (one per batch row), got (3,)"));
+  // Causal with more queries than keys is fine.
+  Tensor3<TestType> tall(2, 6, 2);
+  tall.setZero();
+  REQUIRE_NOTHROW(attend::masked_softmax(tall, Mask::causal()));
+}
+
+TEMPLATE_TEST_CASE("the modules reject a mask of the wrong shape and stay unchanged", "[mask][errors]", float, double) {
+  std::mt19937 rng(17);
+  const Tensor3<TestType> queries = random_tensor<TestType>(2, 3, 4, rng);
+  const Tensor3<TestType> keys = random_tensor<TestType>(2, 5, 4, rng);
+  const Tensor3<TestType> values = random_tensor<TestType>(2, 5, 2, rng);
+  const Mask good = Mask::causal() && Mask::keep(random_keep(1, 3, 5, rng, 0.8));
+  const Mask bad = Mask::keep(all(2, 5, 3, true));
+  const char* tail =
+      ": mask's keep tensor must have shape (2, 3, 5) or (1, 3, 5) (batch or 1, queries, keys), got "
+      "(2, 5, 3)";
+  const attend_test::Tolerance<TestType> same = exact<TestType>();
+
+  attend::DotProductAttention<TestType> dot(TestType(0));
+  const Tensor3<TestType> dot_first = dot(queries, keys, values, good);
+  const Tensor3<TestType> dot_weights = dot.attention_weights();
+  REQUIRE_THROWS_MATCHES(dot(queries, keys, values, bad), std::invalid_argument,
+                         Message(std::string("DotProductAttention") + tail));
+  REQUIRE_THAT(dot.attention_weights(), attend_test::Near(dot_weights, same));
+  REQUIRE_THAT(dot(queries, keys, values, good), attend_test::Near(dot_first, same));
+
+  attend::AdditiveAttention<TestType> additive(4, 4, 3, TestType(0));
+  REQUIRE_THROWS_MATCHES(additive(queries, keys, values, bad), std::invalid_argument,
+                         Message(std::string("AdditiveAttention") + tail));
+
+  attend::MultiHeadAttention<TestType> mha(4, 4, 2, 4, 2, TestType(0));
+  const Tensor3<TestType> mha_first = mha(queries, keys, values, good);
+  const Tensor3<TestType> mha_weights = mha.attention_weights();
+  REQUIRE_THROWS_MATCHES(mha(queries, keys, values, bad), std::invalid_argument,
+                         Message(std::string("MultiHeadAttention") + tail));
+  REQUIRE_THAT(mha.attention_weights(), attend_test::Near(mha_weights, same));
+  REQUIRE_THAT(mha(queries, keys, values, good), attend_test::Near(mha_first, same));
+}
+
+TEST_CASE("&& rejects parts that cannot describe the same scores", "[mask][errors]") {
+  attend::Matrix<Index> per_query(2, 3);
+  per_query.setOnes();
+  attend::Matrix<Index> other_queries(2, 4);
+  other_queries.setOnes();
+  REQUIRE_THROWS_MATCHES((ValidLens{1, 2} && Mask(ValidLens{1, 2, 3})), std::invalid_argument,
+                         Message("Mask &&: valid lengths must describe the same batch rows and queries, got valid_lens "
+                                 "(2,) and (3,)"));
+  REQUIRE_THROWS_MATCHES((ValidLens{1, 2, 3} && Mask(ValidLens::per_query(per_query))), std::invalid_argument,
+                         Message("Mask &&: valid lengths must describe the same batch rows, got valid_lens (3,) and "
+                                 "(2, 3)"));
+  REQUIRE_THROWS_MATCHES(ValidLens::per_query(other_queries) && Mask(ValidLens::per_query(per_query)),
+                         std::invalid_argument,
+                         Message("Mask &&: valid lengths must describe the same batch rows and queries, got valid_lens "
+                                 "(2, 4) and (2, 3)"));
+  REQUIRE_THROWS_MATCHES((Mask::keep(all(2, 3, 4, true)) && Mask::keep(all(3, 3, 4, true))), std::invalid_argument,
+                         Message("Mask &&: keep tensors must have the same (queries, keys) and batch sizes that are "
+                                 "equal or 1, got (2, 3, 4) and (3, 3, 4)"));
+  REQUIRE_THROWS_MATCHES((Mask::keep(all(1, 3, 4, true)) && Mask::keep(all(1, 3, 5, true))), std::invalid_argument,
+                         Message("Mask &&: keep tensors must have the same (queries, keys) and batch sizes that are "
+                                 "equal or 1, got (1, 3, 4) and (1, 3, 5)"));
+  REQUIRE_THROWS_MATCHES((Mask::causal().when_fully_masked(FullyMasked::zero) &&
+                          Mask(ValidLens{1}).when_fully_masked(FullyMasked::uniform)),
+                         std::invalid_argument,
+                         Message("Mask &&: the operands choose different rules for a fully masked query, "
+                                 "FullyMasked::zero and FullyMasked::uniform"));
+  // A keep tensor of batch 1 broadcasts over one of batch 2.
+  REQUIRE_NOTHROW((Mask::keep(all(1, 3, 4, true)) && Mask::keep(all(2, 3, 4, false))));
+}
+
+TEMPLATE_TEST_CASE("a braced list of lengths is a Mask of valid lengths per batch row", "[mask]", float, double) {
+  attend::Tensor3<TestType> X(2, 3, 4);
+  X.setRandom();
+  const attend::Tensor3<TestType> braced = attend::masked_softmax(X, {1, 3});
+  const attend::Tensor3<TestType> lens = attend::masked_softmax(X, attend::ValidLens{1, 3});
+  REQUIRE_THAT(braced, attend_test::Near(lens, attend_test::Tolerance<TestType>{0, 0}));
+}
