@@ -2,6 +2,7 @@
 #pragma once
 
 #include <attend/additive_attention.hpp>
+#include <attend/complexity.hpp>
 #include <attend/conv1d.hpp>
 #include <attend/dot_product_attention.hpp>
 #include <attend/dropout.hpp>
@@ -14,6 +15,7 @@
 #include <attend/random.hpp>
 #include <attend/rnn.hpp>
 #include <attend/safetensors.hpp>
+#include <attend/sequence_encoders.hpp>
 #include <attend/tensor.hpp>
 #include <attend/transpose_qkv.hpp>
 #include <attend/valid_lens.hpp>

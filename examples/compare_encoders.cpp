@@ -1,0 +1,668 @@
+// examples/compare_encoders.cpp — the chapter's closing table, measured on this machine.
+//
+// To encode n tokens of width d, the chapter compares a CNN (kernel k), an RNN and self-attention:
+//
+//                     computational cost    sequential operations    maximum path length
+//   CNN               O(k n d^2)            O(1)                     O(n/k)
+//   RNN               O(n d^2)              O(n)                     O(n)
+//   self-attention    O(n^2 d)              O(1)                     O(1)
+//
+// This program builds the three encoders of attend/sequence_encoders.hpp and checks each column:
+//   (a) cost: it times one forward pass (the median of several timings, after a warm-up) over a range of n at fixed
+//       d, and of d at fixed n, and fits the exponent of time by least squares on log-log axes; beside it, the
+//       exponent of the exact FLOP count over the same sizes, and the seed's.
+//   (b) sequential operations: the length of each encoder's dependency chain, and what it does to parallelism:
+//       two threads share every stage of the chain and must meet after each one.
+//   (c) maximum path length: how many hops a change of x_1 needs to reach y_n, measured by running the chain
+//       stage by stage (attend::measured_path_length), against the formula.
+//
+// usage: compare_encoders [output_directory] [--long]
+//   writes compare_encoders.csv (n, seconds per forward of each encoder at d = 32), compare_encoders.gp and, when
+//   gnuplot is installed, compare_encoders.png: time against n on log-log axes. --long sweeps wider and repeats
+//   more (a few minutes); the default run takes well under a minute.
+#include <algorithm>
+#include <atomic>
+#include <attend/complexity.hpp>
+#include <attend/random.hpp>
+#include <attend/sequence_encoders.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "plot.hpp"
+
+namespace ex = attend_examples;
+using attend::Index;
+using attend::Tensor3;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// How much to measure.
+struct Plan {
+  int repeats;                                       // timings per size; their median is kept
+  std::vector<Index> n_values;                       // (a) time against n, all three encoders at d = n_sweep_d
+  Index n_sweep_d;
+  Index attention_d_n;                               // (a) self-attention against d, at this n
+  std::vector<Index> attention_d_values;             //     heads of width 16: d / 16 heads
+  Index recurrent_d_n;                               // (a) RNN and CNN against d, at this n
+  std::vector<Index> rnn_d_values;                   //     the RNN's W_hh (d^2 floats) within this core's L2 cache
+  std::vector<Index> cnn_d_values;
+  std::vector<Index> kernel_values;                  // (a) CNN against k, at n = recurrent_d_n, d = kernel_d
+  Index kernel_d;
+  Index threads_n;                                   // (b) one sequence of this length,
+  std::vector<Index> threads_d_values;               //     at these widths
+  std::vector<Index> path_n_values;                  // (c)
+};
+
+Plan default_plan() {
+  return {7,
+          {512, 724, 1024, 1448, 2048, 2896, 4096},
+          32,
+          1448,
+          {16, 32, 48, 64, 96, 128},
+          256,
+          {128, 160, 192, 224, 256, 320, 384, 448, 512},
+          {128, 192, 256, 384, 512, 768, 1024},
+          {1, 3, 5, 9, 17},
+          256,
+          512,
+          {64, 256},
+          {2, 4, 8, 16, 32, 64, 128}};
+}
+
+Plan long_plan() {
+  return {11,
+          {256, 362, 512, 724, 1024, 1448, 2048, 2896, 4096, 5792, 8192},
+          32,
+          2048,
+          {16, 32, 48, 64, 96, 128, 192, 256},
+          256,
+          {96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448, 480, 512},
+          {128, 192, 256, 384, 512, 768, 1024, 1536, 2048},
+          {1, 3, 5, 9, 17, 33},
+          256,
+          1024,
+          {32, 64, 128, 256, 512},
+          {2, 4, 8, 16, 32, 64, 128, 256}};
+}
+
+constexpr Index attention_head_width = 16;  // every self-attention head is 16 wide: d / 16 heads
+constexpr Index cnn_kernel = 3;             // the CNN's kernel in (a) and (b)
+
+double seconds(Clock::duration duration) { return std::chrono::duration<double>(duration).count(); }
+
+// Every timed forward writes an element of its result here, so that the optimiser cannot drop it.
+volatile float sink = 0;
+
+// (batch, n, d), uniform in [-1, 1).
+Tensor3<float> random_input(Index batch, Index n, Index d, std::uint64_t seed) {
+  attend::Generator generator(seed);
+  Tensor3<float> X(batch, n, d);  // (batch, n, d)
+  for (Index i = 0; i < X.size(); ++i) X.data()[i] = generator.uniform<float>(-1.0f, 1.0f);
+  return X;
+}
+
+// Per function of `runs`: the median over `repeats` rounds of the seconds one call takes, by
+// std::chrono::steady_clock. Each function is first called once untimed (caches, the allocator's first touch of its
+// pages); then every round times each function in turn, over as many calls as fill about 20 ms, so that the clock's
+// resolution and a single interruption weigh little, and a change in the machine's load during the measurement
+// touches all of them alike.
+std::vector<double> median_seconds(const std::vector<std::function<void()>>& runs, int repeats) {
+  std::vector<int> calls;
+  for (const auto& run : runs) {
+    run();
+    const auto start = Clock::now();
+    run();
+    calls.push_back(std::max(1, static_cast<int>(0.02 / std::max(seconds(Clock::now() - start), 1e-7))));
+  }
+  std::vector<std::vector<double>> samples(runs.size());
+  for (int r = 0; r < repeats; ++r)
+    for (std::size_t f = 0; f < runs.size(); ++f) {
+      const auto begin = Clock::now();
+      for (int c = 0; c < calls[f]; ++c) runs[f]();
+      samples[f].push_back(seconds(Clock::now() - begin) / calls[f]);
+    }
+  std::vector<double> medians;
+  for (const auto& s : samples) medians.push_back(attend::median(s));
+  return medians;
+}
+
+// One forward pass of `encoder` on a random (1, n, d) input, as a function to time.
+template <class Encoder>
+std::function<void()> forward_run(Encoder& encoder, Index n, Index d) {
+  const Tensor3<float> X = random_input(1, n, d, 7);  // (1, n, d)
+  return [&encoder, X] {
+    const Tensor3<float> Y = encoder(X);  // (1, n, d)
+    sink = Y.data()[0];
+  };
+}
+
+struct Sweep {
+  std::vector<double> seconds, flops;  // per size: seconds per forward (median), FLOPs of one forward
+};
+
+// One encoder per size, make(size), timed on a (1, n, d) input with (n, d) = shape(size); all sizes interleaved.
+template <class Encoder, class Make, class Shape>
+Sweep sweep(const std::vector<Index>& sizes, const Make& make, const Shape& shape, int repeats) {
+  std::vector<Encoder> encoders;
+  for (Index size : sizes) encoders.push_back(make(size));
+  std::vector<std::function<void()>> runs;
+  Sweep result;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const auto [n, d] = shape(sizes[i]);
+    runs.push_back(forward_run(encoders[i], n, d));
+    result.flops.push_back(encoders[i].flops(1, n));
+  }
+  result.seconds = median_seconds(runs, repeats);
+  return result;
+}
+
+std::vector<double> as_doubles(const std::vector<Index>& values) { return {values.begin(), values.end()}; }
+
+// "2.05 (seed 2) ok", or OFF when the fitted exponent is more than 0.2 from the seed's.
+std::string verdict(double fitted, double seed) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(2) << fitted << " (seed " << std::setprecision(0) << seed << ") "
+      << (std::abs(fitted - seed) <= 0.2 ? "ok " : "OFF");
+  return out.str();
+}
+
+std::string fixed(double value, int digits) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(digits) << value;
+  return out.str();
+}
+
+// ---- (b): two threads sharing every stage of a chain ----------------------------------------------------------
+
+// Two threads meet here after every stage: neither starts stage s + 1 before both have finished stage s. It spins
+// (a hand-off then costs well under a microsecond when both threads have a core), yielding the core after a while
+// so that a busy machine is not made busier.
+class Barrier {
+ public:
+  void arrive_and_wait() {
+    const unsigned phase = phase_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) == 1) {  // the second to arrive releases the first
+      arrived_.store(0, std::memory_order_relaxed);
+      phase_.store(phase + 1, std::memory_order_release);
+      return;
+    }
+    for (int spins = 0; phase_.load(std::memory_order_acquire) == phase; ++spins)
+      if (spins > 4000) std::this_thread::yield();
+  }
+
+ private:
+  std::atomic<int> arrived_{0};
+  std::atomic<unsigned> phase_{0};
+};
+
+// Runs stages 0 .. stages - 1; part(s, p) does share p (0 or 1) of stage s. With two threads, share 1 runs on a
+// helper thread (started inside the timing) and the threads meet after every stage; with one, part(s, -1) does the
+// whole stage.
+void run_chain(Index stages, int threads, const std::function<void(Index, int)>& part) {
+  if (threads == 1) {
+    for (Index s = 0; s < stages; ++s) part(s, -1);
+    return;
+  }
+  Barrier barrier;
+  std::thread helper([&] {
+    for (Index s = 0; s < stages; ++s) {
+      part(s, 1);
+      barrier.arrive_and_wait();
+    }
+  });
+  for (Index s = 0; s < stages; ++s) {
+    part(s, 0);
+    barrier.arrive_and_wait();
+  }
+  helper.join();
+}
+
+// [first, last) of share p of `size` items (p = -1: all of them).
+std::pair<Index, Index> share(Index size, int p) {
+  if (p < 0) return {0, size};
+  return {p == 0 ? 0 : size / 2, p == 0 ? size / 2 : size};
+}
+
+// Writes piece (batch, last - first, d) over positions [first, last) of out (batch, n, d).
+void put(Tensor3<float>& out, const Tensor3<float>& piece, Index first) {
+  const Eigen::array<Index, 3> offsets{0, first, 0};
+  const Eigen::array<Index, 3> extents{piece.dimension(0), piece.dimension(1), piece.dimension(2)};
+  out.slice(offsets, extents) = piece;
+}
+
+// One encoder's forward pass as its chain of stages, ready to run on 1 or 2 threads, with its own copies of the
+// encoder (one per thread: a self-attention call records its attention weights) and its own buffers.
+struct Chain {
+  Index stages = 0;
+  std::function<void(int)> run;               // one forward on 1 or 2 threads
+  std::function<Tensor3<float>()> output;     // the result of the last run, (1, n, d)
+};
+
+// Self-attention or the CNN: stage s is layer s; its share p is half of the layer's output positions.
+template <class Encoder>
+Chain layer_chain(const Encoder& encoder, const Tensor3<float>& X) {
+  struct State {
+    std::vector<Encoder> copies;          // one per thread
+    Tensor3<float> X;                     // (1, n, d)
+    std::vector<Tensor3<float>> buffers;  // (1, n, d) each: a layer's input and output, in turn
+  };
+  const auto state = std::make_shared<State>(State{{encoder, encoder}, X, {X, X}});
+  const Index n = X.dimension(1), layers = encoder.num_layers();
+  Chain chain;
+  chain.stages = layers;
+  chain.run = [state, n, layers](int threads) {
+    State& st = *state;
+    st.buffers[0] = st.copies[0].embed(st.X);
+    run_chain(layers, threads, [&st, n](Index s, int p) {
+      const auto [first, last] = share(n, p);
+      Encoder& own = st.copies[static_cast<std::size_t>(std::max(p, 0))];
+      put(st.buffers[static_cast<std::size_t>((s + 1) % 2)],
+          own.layer(s, st.buffers[static_cast<std::size_t>(s % 2)], first, last), first);
+    });
+  };
+  chain.output = [state, layers] { return state->buffers[static_cast<std::size_t>(layers % 2)]; };
+  return chain;
+}
+
+// The RNN: stage l n + t is step t of layer l; its share p is half of the hidden units of h_t. Step t needs all
+// of h_{t-1}: the threads meet after every step.
+Chain rnn_chain(const attend::RNNEncoder<float>& encoder, const Tensor3<float>& X) {
+  struct State {
+    attend::RNNEncoder<float> encoder;    // const steps on disjoint units: one copy serves both threads
+    std::vector<Tensor3<float>> buffers;  // (1, n, d) each: a layer's input and output, in turn
+  };
+  const auto state = std::make_shared<State>(State{encoder, {X, X}});
+  const Index n = X.dimension(1), d = X.dimension(2), layers = encoder.num_layers();
+  const Tensor3<float> input = X;  // (1, n, d)
+  Chain chain;
+  chain.stages = layers * n;
+  chain.run = [state, input, n, d, layers](int threads) {
+    State& st = *state;
+    st.buffers[0] = input;
+    run_chain(layers * n, threads, [&st, n, d](Index s, int p) {
+      const Index l = s / n, t = s % n;
+      const auto [first, last] = share(d, p);
+      st.encoder.step(l, t, st.buffers[static_cast<std::size_t>(l % 2)],
+                      st.buffers[static_cast<std::size_t>((l + 1) % 2)], first, last);
+    });
+  };
+  chain.output = [state, layers] { return state->buffers[static_cast<std::size_t>(layers % 2)]; };
+  return chain;
+}
+
+struct ChainTiming {
+  Index stages;
+  double one_thread, two_threads;  // seconds per forward
+  double both;                     // seconds for two whole forwards at once, one per thread, never meeting
+  float difference;                // max |two threads - one thread| over the output
+};
+
+// Times `make()`'s chain on 1 and 2 threads and, as a control, two independent chains on one thread each.
+template <class Make>
+ChainTiming time_chain(const Make& make, int repeats) {
+  Chain chain = make(), other = make();
+  chain.run(1);
+  const Tensor3<float> one = chain.output();  // (1, n, d)
+  chain.run(2);
+  const Tensor3<float> two = chain.output();  // (1, n, d)
+  const float difference = Eigen::Tensor<float, 0, Eigen::RowMajor>((one - two).abs().maximum())();
+  const std::vector<double> t = median_seconds({[&] { chain.run(1); },
+                                                [&] { chain.run(2); },
+                                                [&] {
+                                                  std::thread helper([&] { other.run(1); });
+                                                  chain.run(1);
+                                                  helper.join();
+                                                }},
+                                               repeats);
+  return {chain.stages, t[0], t[1], t[2], difference};
+}
+
+// The 1-minute load average, or -1 where /proc/loadavg is missing.
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double load = -1;
+  in >> load;
+  return in ? load : -1;
+}
+
+// ---- the picture ------------------------------------------------------------------------------------------------
+
+std::string plot_script(const std::vector<Index>& n_values, const std::vector<double>& attention,
+                        const std::vector<double>& rnn, Index d) {
+  // Dashed guides of slope 2 and 1 through the last self-attention and RNN points.
+  const double n_last = static_cast<double>(n_values.back());
+  std::ostringstream gp;
+  gp << std::setprecision(12) << ex::png_preamble(800, 560, "compare_encoders.png")
+     << "set title 'One forward pass against sequence length n (d = " << d << ", batch 1, one layer, float)'\n"
+     << "set xlabel 'n (tokens)'\n"
+     << "set ylabel 'seconds per forward (median)'\n"
+     << "set logscale xy\n"
+     << "set xrange [" << static_cast<double>(n_values.front()) / 1.25 << ":" << n_last * 1.25 << "]\n"
+     << "set grid xtics ytics mxtics mytics\n"
+     << "set key top left box\n"
+     << "n_last = " << n_last << "\n"
+     << "quadratic(x) = " << attention.back() << " * (x / n_last)**2\n"
+     << "linear(x) = " << rnn.back() << " * (x / n_last)\n"
+     << "plot 'compare_encoders.csv' using 1:2 with linespoints lw 2 pt 7 lc rgb '#1f77b4' title 'self-attention', \\\n"
+     << "     '' using 1:3 with linespoints lw 2 pt 5 lc rgb '#ff7f0e' title 'RNN', \\\n"
+     << "     '' using 1:4 with linespoints lw 2 pt 9 lc rgb '#2ca02c' title 'CNN, k = " << cnn_kernel << "', \\\n"
+     << "     quadratic(x) with lines dt 2 lc rgb '#1f77b4' title 'slope 2 (n^2)', \\\n"
+     << "     linear(x) with lines dt 2 lc rgb '#ff7f0e' title 'slope 1 (n)'\n";
+  return gp.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  // Arguments: [output_directory] [--long], in any order.
+  bool long_run = false;
+  std::vector<char*> positional{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--long")
+      long_run = true;
+    else if (arg.rfind("--", 0) == 0)
+      throw std::invalid_argument("unknown option " + arg + "; usage: " + argv[0] + " [output_directory] [--long]");
+    else
+      positional.push_back(argv[i]);
+  }
+  if (positional.size() > 2)
+    throw std::invalid_argument(std::string("usage: ") + argv[0] + " [output_directory] [--long]");
+  const ex::fs::path dir = ex::output_directory(static_cast<int>(positional.size()), positional.data());
+  const Plan plan = long_run ? long_plan() : default_plan();
+  const auto program_start = Clock::now();
+
+  std::cout << "The chapter's table:\n\n"
+            << "                  computational cost   sequential operations   maximum path length\n"
+            << "  CNN (kernel k)  O(k n d^2)           O(1)                    O(n/k)\n"
+            << "  RNN             O(n d^2)             O(n)                    O(n)\n"
+            << "  self-attention  O(n^2 d)             O(1)                    O(1)\n\n"
+            << "Measured here: float, one sequence (batch 1); Eigen " << EIGEN_WORLD_VERSION << '.'
+            << EIGEN_MAJOR_VERSION << '.' << EIGEN_MINOR_VERSION << " with " << Eigen::SimdInstructionSetsInUse()
+            << "; " << std::thread::hardware_concurrency() << " hardware threads;\n"
+#ifdef _OPENMP
+            << "OpenMP on (Eigen::nbThreads() = " << Eigen::nbThreads() << "), Eigen kept to one thread in (a) and (b)"
+#else
+            << "no OpenMP, so Eigen computes every product on one thread"
+#endif
+            << (long_run ? "; the long sweep" : "") << ".\nEvery time is the median of " << plan.repeats
+            << " timings after a warm-up; an exponent is the least-squares slope of log time\nagainst log size."
+            << " Self-attention heads are " << attention_head_width << " wide (d / " << attention_head_width
+            << " heads); the CNN's kernel is " << cnn_kernel << " unless said.\n";
+
+#ifdef _OPENMP
+  // The comparisons in (a) and (b) are of one thread's work: with OpenMP, keep Eigen's products on one thread too.
+  const int eigen_threads = Eigen::nbThreads();
+  Eigen::setNbThreads(1);
+#endif
+
+  // ---- (a) computational cost ----------------------------------------------------------------------------------
+  // A sweep times all its (encoder, size) pairs in the same rounds (see median_seconds).
+  const Index d_fixed = plan.n_sweep_d;
+  const std::size_t n_count = plan.n_values.size();
+  std::cout << "\n(a) Computational cost: one forward pass, one layer\n\n"
+            << "  time against n at d = " << d_fixed << " (ms):\n"
+            << "       n   self-attention        RNN    CNN k=" << cnn_kernel << '\n';
+  attend::Generator generator(2024);
+  // One self-attention encoder per n, all with the same parameters: each keeps the attention weights of its last
+  // call, (heads, n, n), and a call that replaced another size's would also pay for releasing them.
+  std::vector<attend::SelfAttentionEncoder<float>> attention_n(
+      n_count, attend::SelfAttentionEncoder<float>(d_fixed, d_fixed / attention_head_width, 1,
+                                                   std::max<Index>(plan.n_values.back(), 1000), generator));
+  const attend::RNNEncoder<float> rnn_n(d_fixed, 1, generator);
+  const attend::CNNEncoder<float> cnn_n(d_fixed, cnn_kernel, 1, generator);
+  // Self-attention apart: its large n sweep the caches, which the small RNN and CNN calls timed right after would
+  // pay for, the more as n grows.
+  std::vector<std::function<void()>> attention_runs, recurrent_runs;
+  for (std::size_t i = 0; i < n_count; ++i) {
+    attention_runs.push_back(forward_run(attention_n[i], plan.n_values[i], d_fixed));
+    recurrent_runs.push_back(forward_run(rnn_n, plan.n_values[i], d_fixed));
+    recurrent_runs.push_back(forward_run(cnn_n, plan.n_values[i], d_fixed));
+  }
+  const std::vector<double> attention_seconds = median_seconds(attention_runs, plan.repeats);
+  const std::vector<double> recurrent_seconds = median_seconds(recurrent_runs, plan.repeats);
+  Sweep in_n[3];  // self-attention, RNN, CNN: per n
+  ex::Table csv{{"n", "self_attention_seconds", "rnn_seconds", "cnn_seconds"}, {}};
+  for (std::size_t i = 0; i < n_count; ++i) {
+    const Index n = plan.n_values[i];
+    const double flops[3] = {attention_n[i].flops(1, n), rnn_n.flops(1, n), cnn_n.flops(1, n)};
+    in_n[0].seconds.push_back(attention_seconds[i]);
+    in_n[1].seconds.push_back(recurrent_seconds[2 * i]);
+    in_n[2].seconds.push_back(recurrent_seconds[2 * i + 1]);
+    for (std::size_t e = 0; e < 3; ++e) in_n[e].flops.push_back(flops[e]);
+    csv.rows.push_back({static_cast<double>(n), in_n[0].seconds[i], in_n[1].seconds[i], in_n[2].seconds[i]});
+    std::cout << std::setw(8) << n << std::setw(17) << fixed(1e3 * in_n[0].seconds[i], 3) << std::setw(11)
+              << fixed(1e3 * in_n[1].seconds[i], 3) << std::setw(11) << fixed(1e3 * in_n[2].seconds[i], 3) << '\n';
+  }
+  attention_n.clear();
+  const std::vector<double> n_axis = as_doubles(plan.n_values);
+  double e_n[3];  // exponents of time in n
+  std::ostringstream flop_line, time_line;
+  for (std::size_t e = 0; e < 3; ++e) {
+    e_n[e] = attend::loglog_slope(n_axis, in_n[e].seconds);
+    const int width = e == 0 ? 8 : 11;
+    flop_line << std::setw(width) << fixed(attend::loglog_slope(n_axis, in_n[e].flops), 2);
+    time_line << std::setw(width) << fixed(e_n[e], 2);
+  }
+  std::cout << "  exponent of the FLOP count   " << flop_line.str() << '\n'
+            << "  exponent of time             " << time_line.str() << '\n';
+
+  // The other sweeps: size, ms, GFLOP/s; then the exponents; returns the exponent of time.
+  const auto report = [&](const char* size_name, const std::vector<Index>& sizes, const Sweep& sweep) {
+    std::cout << std::setw(8) << size_name << "         ms   GFLOP/s\n";
+    for (std::size_t i = 0; i < sizes.size(); ++i)
+      std::cout << std::setw(8) << sizes[i] << std::setw(11) << fixed(1e3 * sweep.seconds[i], 3) << std::setw(10)
+                << fixed(sweep.flops[i] / sweep.seconds[i] / 1e9, 1) << '\n';
+    const std::vector<double> axis = as_doubles(sizes);
+    const double exponent = attend::loglog_slope(axis, sweep.seconds);
+    std::cout << "  exponent of the FLOP count " << fixed(attend::loglog_slope(axis, sweep.flops), 2) << ", of time "
+              << fixed(exponent, 2) << '\n';
+    return exponent;
+  };
+
+  const Index n_attention = plan.attention_d_n;
+  std::cout << "\n  self-attention, time against d at n = " << n_attention << " (d / " << attention_head_width
+            << " heads):\n";
+  const auto e_attention_d = report(
+      "d", plan.attention_d_values,
+      sweep<attend::SelfAttentionEncoder<float>>(
+          plan.attention_d_values,
+          [&](Index d) {
+            return attend::SelfAttentionEncoder<float>(d, d / attention_head_width, 1,
+                                                       std::max<Index>(n_attention, 1000), generator);
+          },
+          [&](Index d) { return std::make_pair(n_attention, d); }, plan.repeats));
+
+  const Index n_recurrent = plan.recurrent_d_n;
+  std::cout << "\n  RNN, time against d at n = " << n_recurrent << ":\n";
+  const auto e_rnn_d = report(
+      "d", plan.rnn_d_values,
+      sweep<attend::RNNEncoder<float>>(
+          plan.rnn_d_values, [&](Index d) { return attend::RNNEncoder<float>(d, 1, generator); },
+          [&](Index d) { return std::make_pair(n_recurrent, d); }, plan.repeats));
+  std::cout << "  (only up to d = " << plan.rnn_d_values.back() << ": on one sequence every step is a matrix-vector"
+            << " product that reads all of\n  W_hh, d^2 floats, and from d = 512 or so W_hh crowds a 1.25 MB L2 cache"
+            << " like this machine's: every step\n  then slows down by a constant factor as W_hh streams from L3,"
+            << " which would bend the fit upwards.)\n";
+
+  std::cout << "\n  CNN (k=" << cnn_kernel << "), time against d at n = " << n_recurrent << ":\n";
+  const auto e_cnn_d = report(
+      "d", plan.cnn_d_values,
+      sweep<attend::CNNEncoder<float>>(
+          plan.cnn_d_values, [&](Index d) { return attend::CNNEncoder<float>(d, cnn_kernel, 1, generator); },
+          [&](Index d) { return std::make_pair(n_recurrent, d); }, plan.repeats));
+
+  std::cout << "\n  CNN, time against the kernel size k at n = " << n_recurrent << ", d = " << plan.kernel_d << ":\n";
+  const auto e_kernel = report(
+      "k", plan.kernel_values,
+      sweep<attend::CNNEncoder<float>>(
+          plan.kernel_values, [&](Index k) { return attend::CNNEncoder<float>(plan.kernel_d, k, 1, generator); },
+          [&](Index /*k*/) { return std::make_pair(n_recurrent, plan.kernel_d); }, plan.repeats));
+
+  std::cout << "\n  summary: the exponent of time, and the seed's; ok = within 0.2\n"
+            << "                  in n                in d                exact FLOPs of one forward\n"
+            << "  CNN k=" << cnn_kernel << "        " << verdict(e_n[2], 1) << "   " << verdict(e_cnn_d, 2)
+            << "   L 2 b n k d^2    in k: " << verdict(e_kernel, 1) << "\n"
+            << "  RNN            " << verdict(e_n[1], 1) << "   " << verdict(e_rnn_d, 2) << "   L 2 b (2n - 1) d^2\n"
+            << "  self-attention " << verdict(e_n[0], 2) << "   " << verdict(e_attention_d, 1)
+            << "   L (8 b n d^2 + 4 b n^2 d)\n"
+            << "  (L layers, batch b; GEMM multiply-adds count 2 flops; softmax, tanh, biases and the positional\n"
+            << "  encoding are not counted. Self-attention's 8 b n d^2 projections hide its n^2 d at small n: hence\n"
+            << "  its large n. The RNN and the CNN are timed against d at large d, where the d^2 products outweigh\n"
+            << "  the per-step and per-position overheads.)\n";
+
+  // ---- (b) sequential operations -------------------------------------------------------------------------------
+  const Index layers = 2, n_chain = plan.threads_n;
+  std::cout << "\n(b) Sequential operations: one sequence of n = " << n_chain << ", " << layers
+            << " layers, on 1 and 2 threads\n\n"
+#ifdef _OPENMP
+            << "  This build has OpenMP, but Eigen is kept on one thread here (Eigen::setNbThreads(1)), so that the\n"
+            << "  two threads below are the only parallelism.\n"
+#else
+            << "  Eigen parallelises its products only when built with OpenMP, and this build is not (no -fopenmp):\n"
+            << "  Eigen::setNbThreads(2) would change nothing.\n"
+#endif
+            << "  So two std::threads share the work of every stage of each encoder's dependency chain and wait for\n"
+            << "  each other after each stage. Self-attention and the CNN split a layer's output positions in halves\n"
+            << "  (each self-attention thread also projects all keys and values itself). The RNN cannot split its\n"
+            << "  positions, step t needs h_{t-1}, so it splits the hidden units of every step. A stage is one\n"
+            << "  sequential operation, and costs one hand-off between the threads.\n"
+            << "  speedup = time on 1 thread / time on 2 threads. control = 2 x time on 1 thread / time of two\n"
+            << "  independent forwards at once, one per thread (no hand-offs: batch parallelism, open to all three):\n"
+            << "  what the second core gave at that moment, the ceiling of the speedup.\n";
+  const double load = load_average();
+  if (load >= 0)
+    std::cout << "  The load average when (b) began: " << fixed(load, 2) << " on " << std::thread::hardware_concurrency()
+              << " hardware threads"
+              << (load > 0.5 ? ";\n  other processes were running, and the control shows what they left.\n" : ".\n");
+  std::cout << "\n       d   encoder           stages        1 thread   2 threads   speedup   control   "
+               "work per stage   max |diff|\n";
+  for (Index d : plan.threads_d_values) {
+    attend::Generator chain_generator(99);
+    const attend::SelfAttentionEncoder<float> attention(d, d / attention_head_width, layers,
+                                                        std::max<Index>(n_chain, 1000), chain_generator);
+    const attend::RNNEncoder<float> rnn(d, layers, chain_generator);
+    const attend::CNNEncoder<float> cnn(d, cnn_kernel, layers, chain_generator);
+    const Tensor3<float> X = random_input(1, n_chain, d, 8);  // (1, n, d)
+    const ChainTiming timings[] = {time_chain([&] { return layer_chain(attention, X); }, plan.repeats),
+                                   time_chain([&] { return rnn_chain(rnn, X); }, plan.repeats),
+                                   time_chain([&] { return layer_chain(cnn, X); }, plan.repeats)};
+    const char* names[] = {"self-attention", "RNN", "CNN k=3"};
+    const char* counts[] = {" = L", " = L n", " = L"};
+    for (int e = 0; e < 3; ++e) {
+      const ChainTiming& t = timings[e];
+      const double per_stage = t.one_thread / static_cast<double>(t.stages);
+      std::ostringstream row;
+      row << std::setw(8) << (e == 0 ? std::to_string(d) : "") << "   " << std::left << std::setw(18) << names[e]
+          << std::setw(12) << std::to_string(t.stages) + counts[e] << std::right << std::setw(10)
+          << fixed(1e3 * t.one_thread, 2) + " ms" << std::setw(12) << fixed(1e3 * t.two_threads, 2) + " ms"
+          << std::setw(9) << fixed(t.one_thread / t.two_threads, 2) + "x" << std::setw(10)
+          << fixed(2 * t.one_thread / t.both, 2) + "x" << std::setw(17)
+          << (per_stage >= 1e-3 ? fixed(1e3 * per_stage, 2) + " ms" : fixed(1e6 * per_stage, 1) + " us")
+          << std::setw(13) << std::setprecision(1) << std::scientific << t.difference;
+      std::cout << row.str() << '\n';
+    }
+  }
+  std::cout << "\n  Self-attention and the CNN hand off L = " << layers << " times per forward, whatever n; the RNN L n = "
+            << layers * n_chain << " times, each\n"
+            << "  after a step of only microseconds of work (see the column): at small d the hand-offs eat what the\n"
+            << "  second core brings, and only a step with more work (larger d) leaves room for it. With p cores an\n"
+            << "  O(1)-chain encoder can approach p times faster on one sequence; the RNN stays at n L steps one\n"
+            << "  after another, each at least one hand-off long. (max |diff|: how far the 2-thread result is from\n"
+            << "  the 1-thread one; products of other shapes may round differently.)\n";
+
+#ifdef _OPENMP
+  // Eigen's own threads, as the build allows: each encoder's forward with Eigen::setNbThreads(1), then (2).
+  {
+    const Index d = plan.threads_d_values.back();
+    attend::Generator eigen_generator(98);
+    attend::SelfAttentionEncoder<float> attention(d, d / attention_head_width, layers, std::max<Index>(n_chain, 1000),
+                                                  eigen_generator);
+    const attend::RNNEncoder<float> rnn(d, layers, eigen_generator);
+    const attend::CNNEncoder<float> cnn(d, cnn_kernel, layers, eigen_generator);
+    const auto with_threads = [](int threads, const std::function<void()>& run) {
+      return [threads, run] {
+        Eigen::setNbThreads(threads);
+        run();
+      };
+    };
+    const std::function<void()> forwards[] = {forward_run(attention, n_chain, d), forward_run(rnn, n_chain, d),
+                                              forward_run(cnn, n_chain, d)};
+    std::vector<std::function<void()>> runs;
+    for (const auto& forward : forwards) {
+      runs.push_back(with_threads(1, forward));
+      runs.push_back(with_threads(eigen_threads, forward));
+    }
+    const std::vector<double> t = median_seconds(runs, plan.repeats);
+    Eigen::setNbThreads(1);
+    std::cout << "\n  And Eigen's own threads (OpenMP), d = " << d << ": each encoder's forward with Eigen::setNbThreads(1)"
+              << " against (" << eigen_threads << "):\n"
+              << "  self-attention " << fixed(t[0] / t[1], 2) << "x, RNN " << fixed(t[2] / t[3], 2) << "x, CNN "
+              << fixed(t[4] / t[5], 2) << "x. Eigen threads only large matrix-matrix products: the RNN's steps\n"
+              << "  are matrix-vector products on one sequence, so only its input projection can use them.\n";
+  }
+#endif
+
+  // ---- (c) maximum path length ----------------------------------------------------------------------------------
+  const Index path_d = 8, n_path_max = plan.path_n_values.back();
+  attend::Generator path_generator(7);
+  attend::SelfAttentionEncoder<float> path_attention(path_d, 2, 1, path_generator);
+  const attend::RNNEncoder<float> path_rnn(path_d, 1, path_generator);
+  const std::vector<Index> kernels{3, 4, 5, 7};
+  std::vector<attend::CNNEncoder<float>> path_cnns;  // enough layers for x_1 to reach y_n at the largest n
+  for (Index k : kernels) path_cnns.emplace_back(path_d, k, n_path_max - 1, path_generator);
+  std::cout << "\n(c) Maximum path length: hops from x_1 to y_n, measured (perturb x_1, run the chain stage by stage,\n"
+            << "    count the stages that carry the change further) = formula\n\n"
+            << "       n   self-attention        RNN";
+  for (Index k : kernels) std::cout << "    CNN k=" << k;
+  std::cout << '\n';
+  bool all_agree = true;
+  const auto cell = [&](Index measured, Index formula) {
+    all_agree = all_agree && measured == formula;
+    std::ostringstream out;
+    out << measured << (measured == formula ? " = " : " != ") << formula;
+    return out.str();
+  };
+  for (Index n : plan.path_n_values) {
+    const Tensor3<float> X = random_input(1, n, path_d, 11);  // (1, n, 8)
+    std::cout << std::setw(8) << n << std::setw(17)
+              << cell(attend::measured_path_length(path_attention, X), path_attention.max_path_length_formula(n))
+              << std::setw(11) << cell(attend::measured_path_length(path_rnn, X), path_rnn.max_path_length_formula(n));
+    for (auto& cnn : path_cnns)
+      std::cout << std::setw(12) << cell(attend::measured_path_length(cnn, X), cnn.max_path_length_formula(n));
+    std::cout << '\n';
+  }
+  std::cout << "  " << (all_agree ? "every measurement agrees with its formula" : "SOME MEASUREMENTS DISAGREE") << ":\n"
+            << "  self-attention 1 (O(1)); RNN n - 1 (O(n)); CNN ceil((n - 1) / floor((k - 1) / 2)) (O(n/k)). A 'same'\n"
+            << "  convolution with an even k puts its extra tap on the right, so information moves right by\n"
+            << "  (k - 2) / 2 per layer, not k / 2: k = 4 is no faster than k = 3 from x_1 to y_n.\n";
+
+  // ---- the CSV and the picture ----------------------------------------------------------------------------------
+  std::cout << '\n';
+  ex::write_csv(dir / "compare_encoders.csv", csv);
+  ex::draw(dir, "compare_encoders", plot_script(plan.n_values, in_n[0].seconds, in_n[1].seconds, d_fixed));
+
+#ifdef _OPENMP
+  Eigen::setNbThreads(eigen_threads);
+#endif
+  std::cout << "total time " << fixed(seconds(Clock::now() - program_start), 1) << " s\n";
+  return 0;
+} catch (const std::exception& error) {
+  std::cerr << "compare_encoders: " << error.what() << '\n';
+  return 1;
+}
