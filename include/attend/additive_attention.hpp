@@ -4,6 +4,7 @@
 //   weights = masked_softmax(scores, mask)            (batch, queries, keys); mask: valid lengths or any Mask
 //   output  = dropout(weights) V                      (batch, queries, value_dim)
 // Queries and keys may have different sizes; the constructor's argument order is d2l's.
+// state_dict() uses d2l's names: W_k.weight, W_q.weight, w_v.weight.
 #pragma once
 
 #include <attend/detail/attend_rows.hpp>
@@ -11,6 +12,7 @@
 #include <attend/mask.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
+#include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <attend/valid_lens.hpp>
 
@@ -75,7 +77,33 @@ class AdditiveAttention : public Module {
   Scalar dropout() const { return dropout_; }
   Generator& generator() { return generator_; }
 
+  // W_k.weight (num_hiddens, key_size), W_q.weight (num_hiddens, query_size), w_v.weight (1, num_hiddens), in
+  // d2l's order; see state_dict.hpp.
+  StateDict<Scalar> state_dict() const {
+    return detail::state_dict_of<Scalar>(*this, "AdditiveAttention::state_dict");
+  }
+  void load_state_dict(const StateDict<Scalar>& dict) {
+    detail::load_state_dict_into(*this, dict, "AdditiveAttention::load_state_dict");
+  }
+
+  // Calls visit(name, parameter, shape) for each parameter, in d2l's order: W_k, W_q, w_v.
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    visit_parameters_of(*this, visit);
+  }
+  template <class Visit>
+  void visit_parameters(Visit&& visit) const {
+    visit_parameters_of(*this, visit);
+  }
+
  private:
+  template <class Self, class Visit>
+  static void visit_parameters_of(Self& self, Visit& visit) {
+    self.W_k_.visit_parameters(detail::prefixed("W_k.", visit));
+    self.W_q_.visit_parameters(detail::prefixed("W_q.", visit));
+    self.w_v_.visit_parameters(detail::prefixed("w_v.", visit));
+  }
+
   static Index checked(Index size, const char* name) {
     detail::require_at_least(size, 1, "AdditiveAttention", name);
     return size;

@@ -6,6 +6,7 @@
 #include <attend/conv1d.hpp>
 #include <attend/dot_product_attention.hpp>
 #include <attend/dropout.hpp>
+#include <attend/from_torch.hpp>
 #include <attend/linear.hpp>
 #include <attend/mask.hpp>
 #include <attend/masked_softmax.hpp>
@@ -16,6 +17,7 @@
 #include <attend/rnn.hpp>
 #include <attend/safetensors.hpp>
 #include <attend/sequence_encoders.hpp>
+#include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <attend/transpose_qkv.hpp>
 #include <attend/valid_lens.hpp>

@@ -16,12 +16,14 @@
 // W. This costs a buffer kernel_size times the size of X.
 //
 // Initialised as PyTorch does: W, then bias, uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)) with
-// fan_in = in_channels * kernel_size; W is drawn in its row-major order (o, i, t).
+// fan_in = in_channels * kernel_size; W is drawn in its row-major order (o, i, t). state_dict() uses nn.Conv1d's
+// names: weight, and bias when has_bias().
 #pragma once
 
 #include <algorithm>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
+#include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <cmath>
 
@@ -95,6 +97,24 @@ class Conv1d : public Module {
     return batch * steps * out_channels_ * in_channels_ * kernel_size_;
   }
 
+  // "weight" (out_channels, in_channels, kernel_size), "bias" (out_channels) when has_bias(): nn.Conv1d's names;
+  // see state_dict.hpp.
+  StateDict<Scalar> state_dict() const { return detail::state_dict_of<Scalar>(*this, "Conv1d::state_dict"); }
+  void load_state_dict(const StateDict<Scalar>& dict) {
+    detail::load_state_dict_into(*this, dict, "Conv1d::load_state_dict");
+  }
+
+  // Calls visit(name, parameter, shape) for each parameter, in nn.Conv1d's order: "weight", then "bias" when
+  // has_bias().
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    visit_parameters_of(*this, visit);
+  }
+  template <class Visit>
+  void visit_parameters(Visit&& visit) const {
+    visit_parameters_of(*this, visit);
+  }
+
   // Throws unless the parameters still have the shapes given at construction (weight() and bias() hand out
   // references, so they can be resized from outside). `where` names the caller in the message.
   void require_parameters(const char* where) const {
@@ -108,6 +128,12 @@ class Conv1d : public Module {
   }
 
  private:
+  template <class Self, class Visit>
+  static void visit_parameters_of(Self& self, Visit& visit) {
+    visit("weight", self.weight_, {self.out_channels_, self.in_channels_, self.kernel_size_});
+    if (self.has_bias_) visit("bias", self.bias_, {self.out_channels_});
+  }
+
   static Index checked(Index size, const char* name) {
     detail::require_at_least(size, 1, "Conv1d", name);
     return size;

@@ -3,12 +3,14 @@
 //   weights = masked_softmax(Q K^T / sqrt(d), mask)              (batch, queries, keys)
 //   output  = dropout(weights) V                                  (batch, queries, value_dim)
 // The mask is d2l's valid lengths or any attend::Mask (causal, a keep tensor, their AND); see mask.hpp.
+// It has no parameters: state_dict() is empty, as d2l's.
 #pragma once
 
 #include <attend/detail/attend_rows.hpp>
 #include <attend/mask.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
+#include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <attend/valid_lens.hpp>
 
@@ -51,6 +53,17 @@ class DotProductAttention : public Module {
   Scalar dropout() const { return dropout_; }
   // The generator of the dropout masks; reseed it for a repeatable training-mode call.
   Generator& generator() { return generator_; }
+
+  // Empty, as d2l's DotProductAttention's; load_state_dict accepts only an empty dict. See state_dict.hpp.
+  StateDict<Scalar> state_dict() const {
+    return detail::state_dict_of<Scalar>(*this, "DotProductAttention::state_dict");
+  }
+  void load_state_dict(const StateDict<Scalar>& dict) {
+    detail::load_state_dict_into(*this, dict, "DotProductAttention::load_state_dict");
+  }
+  // No parameter to visit.
+  template <class Visit>
+  void visit_parameters(Visit&&) const {}
 
  private:
   Scalar dropout_;

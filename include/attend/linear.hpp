@@ -3,11 +3,12 @@
 //   y = x W^T + b        W: (out_features, in_features), b: (out_features)
 //
 // Initialised as PyTorch does: W and b uniform in [-1/sqrt(in_features), 1/sqrt(in_features)), W first,
-// row by row, then b.
+// row by row, then b. state_dict() names them as nn.Linear does: "weight", and "bias" when has_bias().
 #pragma once
 
 #include <attend/module.hpp>
 #include <attend/random.hpp>
+#include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <cmath>
 
@@ -51,6 +52,23 @@ class Linear : public Module {
     if (has_bias_) Y.rowwise() += bias_.transpose();
   }
 
+  // "weight" (out_features, in_features), "bias" (out_features) when has_bias(); see state_dict.hpp.
+  StateDict<Scalar> state_dict() const { return detail::state_dict_of<Scalar>(*this, "Linear::state_dict"); }
+  void load_state_dict(const StateDict<Scalar>& dict) {
+    detail::load_state_dict_into(*this, dict, "Linear::load_state_dict");
+  }
+
+  // Calls visit(name, parameter, shape) for each parameter, in PyTorch's order: "weight", then "bias" when
+  // has_bias(); shape is the one given at construction.
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    visit_parameters_of(*this, visit);
+  }
+  template <class Visit>
+  void visit_parameters(Visit&& visit) const {
+    visit_parameters_of(*this, visit);
+  }
+
   // Throws unless the parameters still have the shapes given at construction (weight() and bias() hand out
   // references, so they can be resized from outside). `where` names the caller in the message.
   void require_parameters(const char* where) const {
@@ -63,6 +81,12 @@ class Linear : public Module {
   }
 
  private:
+  template <class Self, class Visit>
+  static void visit_parameters_of(Self& self, Visit& visit) {
+    visit("weight", self.weight_, {self.out_features_, self.in_features_});
+    if (self.has_bias_) visit("bias", self.bias_, {self.out_features_});
+  }
+
   Index in_features_;
   Index out_features_;
   bool has_bias_;

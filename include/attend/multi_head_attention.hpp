@@ -9,6 +9,10 @@
 // blocks (what transpose_qkv / transpose_output would lay out, without building it). The mask of batch row b (valid
 // lengths, causal, a keep tensor row; see mask.hpp) applies to all its heads (d2l's repeat_interleave);
 // attention_weights() row b * num_heads + h is head h of row b.
+//
+// state_dict() uses d2l's names: W_q.weight, W_q.bias (when bias is on), W_k.*, W_v.*, W_o.*. A PyTorch
+// nn.MultiheadAttention's state dict, whose names differ, converts with multi_head_attention_from_torch
+// (from_torch.hpp).
 #pragma once
 
 #include <attend/detail/attend_rows.hpp>
@@ -16,6 +20,7 @@
 #include <attend/mask.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
+#include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <attend/valid_lens.hpp>
 
@@ -86,7 +91,35 @@ class MultiHeadAttention : public Module {
   // (batch * num_heads, q, k) of the last call, before dropout; row b * num_heads + h is head h of batch row b.
   const Tensor3<Scalar>& attention_weights() const { return attention_weights_; }
 
+  // W_q.weight (num_hiddens, query_size), W_q.bias (num_hiddens) when bias is on, then W_k, W_v and W_o alike;
+  // see state_dict.hpp.
+  StateDict<Scalar> state_dict() const {
+    return detail::state_dict_of<Scalar>(*this, "MultiHeadAttention::state_dict");
+  }
+  void load_state_dict(const StateDict<Scalar>& dict) {
+    detail::load_state_dict_into(*this, dict, "MultiHeadAttention::load_state_dict");
+  }
+
+  // Calls visit(name, parameter, shape) for each parameter, in d2l's order: W_q, W_k, W_v, W_o, each weight then
+  // bias.
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    visit_parameters_of(*this, visit);
+  }
+  template <class Visit>
+  void visit_parameters(Visit&& visit) const {
+    visit_parameters_of(*this, visit);
+  }
+
  private:
+  template <class Self, class Visit>
+  static void visit_parameters_of(Self& self, Visit& visit) {
+    self.W_q_.visit_parameters(detail::prefixed("W_q.", visit));
+    self.W_k_.visit_parameters(detail::prefixed("W_k.", visit));
+    self.W_v_.visit_parameters(detail::prefixed("W_v.", visit));
+    self.W_o_.visit_parameters(detail::prefixed("W_o.", visit));
+  }
+
   static Index checked(Index size, const char* name) {
     detail::require_at_least(size, 1, "MultiHeadAttention", name);
     return size;

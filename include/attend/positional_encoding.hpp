@@ -5,11 +5,14 @@
 //
 // computed in Scalar precision. An odd d is allowed (the seed's code fails on it): the last column is a sine.
 // The forward pass adds P[:steps] to every batch row, then applies dropout in training mode.
+// state_dict() is empty, as d2l's: d2l keeps P as a plain attribute, neither a parameter nor a buffer (P depends on
+// the shape alone).
 #pragma once
 
 #include <attend/dropout.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
+#include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <cmath>
 
@@ -50,6 +53,17 @@ class PositionalEncoding : public Module {
   Index max_len() const { return P_.rows(); }
   Scalar dropout() const { return dropout_; }
   Generator& generator() { return generator_; }
+
+  // Empty, as d2l's PositionalEncoding's; load_state_dict accepts only an empty dict. See state_dict.hpp.
+  StateDict<Scalar> state_dict() const {
+    return detail::state_dict_of<Scalar>(*this, "PositionalEncoding::state_dict");
+  }
+  void load_state_dict(const StateDict<Scalar>& dict) {
+    detail::load_state_dict_into(*this, dict, "PositionalEncoding::load_state_dict");
+  }
+  // No parameter to visit: P is not one.
+  template <class Visit>
+  void visit_parameters(Visit&&) const {}
 
   // X (batch, steps, num_hiddens) -> X + P[:steps], then dropout in training mode; steps <= max_len
   Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) {

@@ -12,11 +12,13 @@
 // the whole batch, reading h_{t-1} from and writing h_t to the output through strided views.
 //
 // Initialised as PyTorch does: every parameter uniform in [-1/sqrt(hidden_size), 1/sqrt(hidden_size)), drawn in
-// PyTorch's parameter order — weight_ih row by row, weight_hh row by row, bias_ih, bias_hh.
+// PyTorch's parameter order — weight_ih row by row, weight_hh row by row, bias_ih, bias_hh. state_dict() uses
+// nn.RNN's names: weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0.
 #pragma once
 
 #include <attend/module.hpp>
 #include <attend/random.hpp>
+#include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <cmath>
 
@@ -81,6 +83,23 @@ class RNN : public Module {
     return batch * steps * hidden_size_ * input_size_ + batch * recurrent_steps * hidden_size_ * hidden_size_;
   }
 
+  // weight_ih_l0 (hidden_size, input_size), weight_hh_l0 (hidden_size, hidden_size), bias_ih_l0 (hidden_size),
+  // bias_hh_l0 (hidden_size): nn.RNN's names and order; see state_dict.hpp.
+  StateDict<Scalar> state_dict() const { return detail::state_dict_of<Scalar>(*this, "RNN::state_dict"); }
+  void load_state_dict(const StateDict<Scalar>& dict) {
+    detail::load_state_dict_into(*this, dict, "RNN::load_state_dict");
+  }
+
+  // Calls visit(name, parameter, shape) for each parameter, in nn.RNN's order and with its names.
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    visit_parameters_of(*this, visit);
+  }
+  template <class Visit>
+  void visit_parameters(Visit&& visit) const {
+    visit_parameters_of(*this, visit);
+  }
+
   // Throws unless the parameters still have the shapes given at construction (the accessors hand out references,
   // so they can be resized from outside). `where` names the caller in the message.
   void require_parameters(const char* where) const {
@@ -91,6 +110,14 @@ class RNN : public Module {
   }
 
  private:
+  template <class Self, class Visit>
+  static void visit_parameters_of(Self& self, Visit& visit) {
+    visit("weight_ih_l0", self.weight_ih_, {self.hidden_size_, self.input_size_});
+    visit("weight_hh_l0", self.weight_hh_, {self.hidden_size_, self.hidden_size_});
+    visit("bias_ih_l0", self.bias_ih_, {self.hidden_size_});
+    visit("bias_hh_l0", self.bias_hh_, {self.hidden_size_});
+  }
+
   static Index checked(Index size, const char* name) {
     detail::require_at_least(size, 1, "RNN", name);
     return size;

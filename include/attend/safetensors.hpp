@@ -14,10 +14,12 @@
 // product(shape) * sizeof(dtype) bytes.
 //
 //   auto weights = attend::load_safetensors<float>("model.safetensors");   // name -> NamedTensor<float>
-//   attend::copy_into(weights, "W_q.weight", attention.W_q().weight());    // checks the shape
-//   attend::StateDict<double> out;
-//   out["W_o.weight"] = attend::named_tensor(attention.W_o().weight());    // (out, in), as PyTorch
-//   attend::save_safetensors("out.safetensors", out, {{"format", "pt"}});
+//   attention.load_state_dict(weights);                                    // checks every name and shape
+//   attend::copy_into(weights, "W_q.weight", attention.W_q().weight());    // or one tensor at a time
+//   attend::save_safetensors("out.safetensors", attention.state_dict(), {{"format", "pt"}});
+//
+// NamedTensor, StateDict and the conversions to and from Eigen types (named_tensor, to_matrix, ...) are in
+// state_dict.hpp, which this header includes.
 //
 // Reading converts F32, F64, F16 and BF16 to Scalar (F16 and BF16 exactly: every value, subnormals,
 // infinities and NaN, is a float); other dtypes of the format (I64, U8, BOOL, F8_E4M3, ...) are
@@ -34,6 +36,7 @@
 // real size of the file. Unknown fields inside a tensor entry are ignored, as the reference does.
 #pragma once
 
+#include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 
 #include <algorithm>
@@ -57,29 +60,6 @@
 #include <vector>
 
 namespace attend {
-
-// A tensor read from or written to a file: its shape and its values in row-major (C) order.
-//   shape    outermost axis first, as PyTorch's tensor.shape; {} for a scalar (one value)
-//   values   product(shape) values; a 0 anywhere in the shape means no values
-template <class Scalar>
-struct NamedTensor {
-  std::vector<Index> shape;
-  std::vector<Scalar> values;
-
-  Index rank() const { return static_cast<Index>(shape.size()); }
-
-  // product(shape), 1 for a scalar. Assumes non-negative dimensions whose product fits in an Index
-  // (true of every tensor that load_safetensors returns; save_safetensors checks it).
-  Index numel() const {
-    Index n = 1;
-    for (Index d : shape) n *= d;
-    return n;
-  }
-};
-
-// Tensors by name, ordered by name: what a PyTorch state_dict() holds, as save_file/load_file see it.
-template <class Scalar>
-using StateDict = std::map<std::string, NamedTensor<Scalar>>;
 
 // The header's optional "__metadata__": string -> string (e.g. {"format": "pt"}).
 using Metadata = std::map<std::string, std::string>;
@@ -127,28 +107,6 @@ inline std::uint64_t safetensors_dtype_size(const std::string& dtype) {
   if (dtype == "F32") return 4;
   if (dtype == "F64") return 8;
   return 0;
-}
-
-// a * b, or nothing when it does not fit in 64 bits.
-inline std::optional<std::uint64_t> checked_multiply(std::uint64_t a, std::uint64_t b) {
-  if (a != 0 && b > std::numeric_limits<std::uint64_t>::max() / a) return std::nullopt;
-  return a * b;
-}
-
-// product(shape), or nothing when a dimension is negative or the product does not fit in 64 bits.
-inline std::optional<std::uint64_t> element_count(const std::vector<Index>& shape) {
-  std::optional<std::uint64_t> count = 1;
-  for (Index d : shape) {
-    if (d < 0) return std::nullopt;
-    if (count) count = checked_multiply(*count, static_cast<std::uint64_t>(d));
-  }
-  if (!count && std::find(shape.begin(), shape.end(), Index(0)) != shape.end()) return 0;
-  return count;
-}
-
-// A JSON string quoted and escaped, invalid UTF-8 replaced: safe to put in a message.
-inline std::string quoted(const std::string& text) {
-  return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // `text` with every byte outside printable ASCII written as \xHH (parser messages quote raw input).
@@ -419,37 +377,6 @@ void require_scalar_type() {
                 "attend's safetensors functions read and write float or double");
 }
 
-// Throws std::invalid_argument unless `tensor` has rank `rank`.
-template <class Scalar>
-void require_rank(const NamedTensor<Scalar>& tensor, Index rank, const char* where, const std::string& name) {
-  require(tensor.rank() == rank, where, ": ", quoted(name), " must have rank ", rank, ", got shape ",
-          shape_string(tensor.shape));
-  const auto count = element_count(tensor.shape);
-  require(count && *count == tensor.values.size(), where, ": ", quoted(name), " has shape ",
-          shape_string(tensor.shape), " but ", tensor.values.size(), " values");
-}
-
-// Throws std::invalid_argument unless `tensor` has exactly `shape`.
-template <class Scalar>
-void require_shape(const NamedTensor<Scalar>& tensor, const std::vector<Index>& shape, const char* where,
-                   const std::string& name) {
-  require_rank(tensor, static_cast<Index>(shape.size()), where, name);
-  require(tensor.shape == shape, where, ": ", quoted(name), " must have shape ", shape_string(shape), ", got ",
-          shape_string(tensor.shape));
-}
-
-template <class Scalar>
-const NamedTensor<Scalar>& find(const StateDict<Scalar>& dict, const std::string& name, const char* where) {
-  const auto found = dict.find(name);
-  if (found == dict.end()) {
-    std::string names;
-    for (const auto& item : dict) names += (names.empty() ? "" : ", ") + quoted(item.first);
-    throw std::invalid_argument(message(where, ": no tensor ", quoted(name), " among the ", dict.size(),
-                                        " tensors (", names, ")"));
-  }
-  return found->second;
-}
-
 }  // namespace detail
 
 // ---- reading ----------------------------------------------------------------------------------------------------
@@ -569,133 +496,6 @@ void save_safetensors(const std::string& path, const StateDict<Scalar>& dict, co
   file.write(out.data(), static_cast<std::streamsize>(out.size()));
   file.close();
   if (!file) throw SafetensorsError(detail::message(where, ": ", path, ": writing the file failed"));
-}
-
-// ---- Eigen types in and out -------------------------------------------------------------------------------------
-
-// A matrix as a rank-2 tensor (rows, cols), a compile-time column vector (attend::Vector) as a rank-1
-// tensor (size), whatever the storage order.
-template <class Derived>
-NamedTensor<typename Derived::Scalar> named_tensor(const Eigen::MatrixBase<Derived>& M) {
-  NamedTensor<typename Derived::Scalar> out;
-  if (Derived::ColsAtCompileTime == 1)
-    out.shape = {M.rows()};
-  else
-    out.shape = {M.rows(), M.cols()};
-  out.values.reserve(static_cast<std::size_t>(M.size()));
-  for (Index i = 0; i < M.rows(); ++i)
-    for (Index j = 0; j < M.cols(); ++j) out.values.push_back(M(i, j));
-  return out;
-}
-
-// A row-major Eigen tensor (attend::Tensor3 among them) as a tensor of the same shape.
-template <class Scalar, int Rank>
-NamedTensor<Scalar> named_tensor(const Eigen::Tensor<Scalar, Rank, Eigen::RowMajor>& X) {
-  NamedTensor<Scalar> out;
-  for (int axis = 0; axis < Rank; ++axis) out.shape.push_back(X.dimension(axis));
-  out.values.assign(X.data(), X.data() + X.size());
-  return out;
-}
-
-// The tensor as a (rows, cols) matrix; std::invalid_argument naming `name` unless it has rank 2.
-template <class Scalar>
-Matrix<Scalar> to_matrix(const NamedTensor<Scalar>& tensor, const std::string& name) {
-  detail::require_rank(tensor, 2, "to_matrix", name);
-  Matrix<Scalar> out(tensor.shape[0], tensor.shape[1]);  // (rows, cols)
-  std::copy(tensor.values.begin(), tensor.values.end(), out.data());
-  return out;
-}
-
-// ... and unless its shape is (rows, cols).
-template <class Scalar>
-Matrix<Scalar> to_matrix(const NamedTensor<Scalar>& tensor, const std::string& name, Index rows, Index cols) {
-  detail::require_shape(tensor, {rows, cols}, "to_matrix", name);
-  return to_matrix(tensor, name);
-}
-
-// The tensor as a vector; std::invalid_argument naming `name` unless it has rank 1.
-template <class Scalar>
-Vector<Scalar> to_vector(const NamedTensor<Scalar>& tensor, const std::string& name) {
-  detail::require_rank(tensor, 1, "to_vector", name);
-  Vector<Scalar> out(tensor.shape[0]);  // (size)
-  std::copy(tensor.values.begin(), tensor.values.end(), out.data());
-  return out;
-}
-
-// ... and unless its shape is (size).
-template <class Scalar>
-Vector<Scalar> to_vector(const NamedTensor<Scalar>& tensor, const std::string& name, Index size) {
-  detail::require_shape(tensor, {size}, "to_vector", name);
-  return to_vector(tensor, name);
-}
-
-// The tensor as a Tensor3; std::invalid_argument naming `name` unless it has rank 3.
-template <class Scalar>
-Tensor3<Scalar> to_tensor3(const NamedTensor<Scalar>& tensor, const std::string& name) {
-  detail::require_rank(tensor, 3, "to_tensor3", name);
-  Tensor3<Scalar> out(tensor.shape[0], tensor.shape[1], tensor.shape[2]);  // (d0, d1, d2)
-  std::copy(tensor.values.begin(), tensor.values.end(), out.data());
-  return out;
-}
-
-// ... and unless its shape is (d0, d1, d2).
-template <class Scalar>
-Tensor3<Scalar> to_tensor3(const NamedTensor<Scalar>& tensor, const std::string& name, Index d0, Index d1, Index d2) {
-  detail::require_shape(tensor, {d0, d1, d2}, "to_tensor3", name);
-  return to_tensor3(tensor, name);
-}
-
-// The value of a rank-0 tensor; std::invalid_argument naming `name` for any other rank.
-template <class Scalar>
-Scalar to_scalar(const NamedTensor<Scalar>& tensor, const std::string& name) {
-  detail::require_rank(tensor, 0, "to_scalar", name);
-  return tensor.values[0];
-}
-
-// The same conversions by name from a state dict; a missing name throws std::invalid_argument listing the names.
-template <class Scalar>
-Matrix<Scalar> to_matrix(const StateDict<Scalar>& dict, const std::string& name) {
-  return to_matrix(detail::find(dict, name, "to_matrix"), name);
-}
-template <class Scalar>
-Matrix<Scalar> to_matrix(const StateDict<Scalar>& dict, const std::string& name, Index rows, Index cols) {
-  return to_matrix(detail::find(dict, name, "to_matrix"), name, rows, cols);
-}
-template <class Scalar>
-Vector<Scalar> to_vector(const StateDict<Scalar>& dict, const std::string& name) {
-  return to_vector(detail::find(dict, name, "to_vector"), name);
-}
-template <class Scalar>
-Vector<Scalar> to_vector(const StateDict<Scalar>& dict, const std::string& name, Index size) {
-  return to_vector(detail::find(dict, name, "to_vector"), name, size);
-}
-template <class Scalar>
-Tensor3<Scalar> to_tensor3(const StateDict<Scalar>& dict, const std::string& name) {
-  return to_tensor3(detail::find(dict, name, "to_tensor3"), name);
-}
-template <class Scalar>
-Tensor3<Scalar> to_tensor3(const StateDict<Scalar>& dict, const std::string& name, Index d0, Index d1, Index d2) {
-  return to_tensor3(detail::find(dict, name, "to_tensor3"), name, d0, d1, d2);
-}
-template <class Scalar>
-Scalar to_scalar(const StateDict<Scalar>& dict, const std::string& name) {
-  return to_scalar(detail::find(dict, name, "to_scalar"), name);
-}
-
-// Copies tensor `name` of `dict` into a parameter, which keeps its shape: a missing name or another shape
-// throws std::invalid_argument and leaves the parameter as it was.
-//   attend::copy_into(weights, "W_q.weight", attention.W_q().weight());
-template <class Scalar>
-void copy_into(const StateDict<Scalar>& dict, const std::string& name, Matrix<Scalar>& parameter) {
-  parameter = to_matrix(dict, name, parameter.rows(), parameter.cols());
-}
-template <class Scalar>
-void copy_into(const StateDict<Scalar>& dict, const std::string& name, Vector<Scalar>& parameter) {
-  parameter = to_vector(dict, name, parameter.size());
-}
-template <class Scalar>
-void copy_into(const StateDict<Scalar>& dict, const std::string& name, Tensor3<Scalar>& parameter) {
-  parameter = to_tensor3(dict, name, parameter.dimension(0), parameter.dimension(1), parameter.dimension(2));
 }
 
 }  // namespace attend

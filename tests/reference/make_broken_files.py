@@ -13,71 +13,24 @@ the data buffer exactly.
 
 broken_files/*.safetensors  each file breaks one rule; README.md (written here too) lists them.
                             tests/test_safetensors.cpp requires every one of them to throw.
-broken_files/valid/         files written by write_safetensors() below, a small writer that follows
-                            the format and the reference implementation's layout; the C++ test
-                            reads them and compares its own writer's bytes with them.
+broken_files/valid/         files written by write_safetensors() (safetensors_writer.py, beside this
+                            script), a small writer that follows the format and the reference
+                            implementation's layout; the C++ test reads them and compares its own
+                            writer's bytes with them.
 
 The Python `safetensors` package is not installed on attend's machines (neither PyPI nor Debian
-offers it there), so the valid files come from this independent writer instead, and F16/BF16
-values are encoded with struct ('<e' is IEEE binary16; bfloat16 is the upper half of a float32).
+offers it there), so the valid files come from that independent writer instead.
 """
 
 import json
 import os
 import struct
 
+from safetensors_writer import write_safetensors
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT_DIR = os.path.normpath(os.path.join(HERE, "..", "broken_files"))
 VALID_DIR = os.path.join(OUT_DIR, "valid")
-
-
-# ---- a writer that follows the format ----------------------------------------------------------
-
-# Bytes per element, and the reference implementation's dtype order (its tensors are sorted by
-# this order descending, then by name, before their data is laid out).
-DTYPE_SIZE = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
-DTYPE_ORDER = ["F16", "BF16", "F32", "F64"]
-
-
-def encode(dtype, values):
-    """The little-endian bytes of `values` in `dtype`; BF16 takes float32's upper half (values are exact)."""
-    if dtype == "F64":
-        return struct.pack("<%dd" % len(values), *values)
-    if dtype == "F32":
-        return struct.pack("<%df" % len(values), *values)
-    if dtype == "F16":
-        return struct.pack("<%de" % len(values), *values)
-    if dtype == "BF16":
-        out = b""
-        for v in values:
-            (bits,) = struct.unpack("<I", struct.pack("<f", v))
-            assert bits & 0xFFFF == 0 or v != v, "not exactly representable in bfloat16: %r" % v
-            out += struct.pack("<H", bits >> 16)
-        return out
-    raise ValueError(dtype)
-
-
-def write_safetensors(path, tensors, metadata=None):
-    """tensors: {name: (dtype, shape, values)}. Header compact JSON, "__metadata__" first (keys
-    sorted), then the tensors by descending dtype and by name, padded with spaces to a multiple of 8."""
-    order = sorted(tensors, key=lambda name: (-DTYPE_ORDER.index(tensors[name][0]), name))
-    header = {}
-    if metadata is not None:
-        header["__metadata__"] = dict(sorted(metadata.items()))
-    data = b""
-    for name in order:
-        dtype, shape, values = tensors[name]
-        count = 1
-        for d in shape:
-            count *= d
-        assert count == len(values), name
-        raw = encode(dtype, values)
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [len(data), len(data) + len(raw)]}
-        data += raw
-    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + data)
 
 
 # ---- broken files --------------------------------------------------------------------------------
@@ -271,8 +224,8 @@ def write_readme():
         lines.append("| `%s` | %s |" % (name, problem))
     lines += [
         "",
-        "`valid/` holds valid files written by the script's own small writer, which follows the format and the",
-        "reference implementation's layout (the Python `safetensors` package is not available here):",
+        "`valid/` holds valid files written by `tests/reference/safetensors_writer.py`, a small writer that follows the",
+        "format and the reference implementation's layout (the Python `safetensors` package is not available here):",
         "",
         "| file | what it holds |",
         "| --- | --- |",

@@ -7,7 +7,9 @@ Positional Encoding" and of the chapters it builds on ("Attention Scoring Functi
 side by side with it. The only deliberate change is to PositionalEncoding (a dtype
 argument and odd widths), flagged where it is made. The section "Not in d2l: boolean keep
 masks" adds copies of d2l's DotProductAttention and MultiHeadAttention that take a boolean
-keep mask instead of valid lengths; it says how they differ from the book.
+keep mask instead of valid lengths; it says how they differ from the book. The section "Not in
+d2l: PyTorch's nn.MultiheadAttention" records that module's state dict, inputs and outputs, and
+checks that d2l's MultiHeadAttention computes the same thing from the same parameters.
 
 Run it with Debian's interpreter, which has python3-torch:
 
@@ -808,6 +810,63 @@ def mask_mha_cases():
                                           "batch row b; the mask of batch row b applies to all its heads"])
 
 
+# --------------------------------------------------------------------------------------
+# Not in d2l: PyTorch's nn.MultiheadAttention, for attend::multi_head_attention_from_torch
+# --------------------------------------------------------------------------------------
+
+def torch_mha_cases():
+    """nn.MultiheadAttention(embed_dim=12, batch_first=True) in its layouts: packed in_proj_weight or q/k/v_proj_weight
+    (kdim, vdim), with or without biases. The fixtures hold its state_dict() under PyTorch's names; attend converts
+    them. examples/from_pytorch/export.py covers the float32 packed case the README shows."""
+    embed_dim = 12
+    key_padding_mask = torch.tensor([[0, 1, 0, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0, 0]], dtype=torch.bool)
+    cases = [
+        # name, seed, num_heads, kdim, vdim, bias
+        ("torch_mha_packed", 131, 2, None, None, True),
+        ("torch_mha_packed_nobias", 132, 4, None, None, False),
+        ("torch_mha_kdim_vdim", 133, 3, 6, 4, True),
+        ("torch_mha_kdim_vdim_nobias", 134, 6, 6, 4, False),
+    ]
+    for name, seed, num_heads, kdim, vdim, bias in cases:
+        torch.manual_seed(seed)
+        attention = nn.MultiheadAttention(embed_dim, num_heads, bias=bias, kdim=kdim, vdim=vdim, batch_first=True)
+        if bias:
+            # PyTorch starts both biases at 0; give them values, so that a misplaced bias shows.
+            nn.init.uniform_(attention.in_proj_bias, -0.5, 0.5)
+            nn.init.uniform_(attention.out_proj.bias, -0.5, 0.5)
+        attention.eval()
+        key_size, value_size = kdim or embed_dim, vdim or embed_dim
+        queries, keys, values = torch.randn(2, 3, embed_dim), torch.randn(2, 7, key_size), torch.randn(2, 7, value_size)
+        output, _ = attention(queries, keys, values, need_weights=False)
+        output_masked, _ = attention(queries, keys, values, key_padding_mask=key_padding_mask, need_weights=False)
+        # The same computation as d2l's MultiHeadAttention, with the parameters under d2l's names.
+        d2l_attention = MultiHeadAttention(key_size, embed_dim, value_size, embed_dim, num_heads, 0.0, bias=bias)
+        d2l_attention.eval()
+        state = attention.state_dict()
+        if "in_proj_weight" in state:
+            W_q, W_k, W_v = state["in_proj_weight"].chunk(3)
+        else:
+            W_q, W_k, W_v = state["q_proj_weight"], state["k_proj_weight"], state["v_proj_weight"]
+        d2l_state = {"W_q.weight": W_q, "W_k.weight": W_k, "W_v.weight": W_v, "W_o.weight": state["out_proj.weight"]}
+        if bias:
+            b_q, b_k, b_v = state["in_proj_bias"].chunk(3)
+            d2l_state.update({"W_q.bias": b_q, "W_k.bias": b_k, "W_v.bias": b_v, "W_o.bias": state["out_proj.bias"]})
+        d2l_attention.load_state_dict(d2l_state)
+        assert torch.allclose(d2l_attention(queries, keys, values, None), output, rtol=1e-12, atol=1e-14)
+        write_fixture(name, "nn.MultiheadAttention(embed_dim=12, num_heads=%d, bias=%s, kdim=%s, vdim=%s, "
+                      "batch_first=True) in eval mode, queries (2, 3, 12), keys (2, 7, %d), values (2, 7, %d); "
+                      "output = module(queries, keys, values, need_weights=False)[0], output_masked the same with "
+                      "key_padding_mask" % (num_heads, bias, kdim, vdim, key_size, value_size),
+                      [("num_heads", num_heads), ("queries", queries), ("keys", keys), ("values", values),
+                       ("key_padding_mask", key_padding_mask)]
+                      + list(state.items())
+                      + [("output", output), ("output_masked", output_masked)],
+                      notes=["the entries between key_padding_mask and output are the module's state_dict(), under "
+                             "PyTorch's names",
+                             "key_padding_mask is PyTorch's: 1 where a key is padding and must be ignored",
+                             "d2l's MultiHeadAttention with the same parameters gives the same output (checked)"])
+
+
 def main():
     os.makedirs(GOLDEN_DIR, exist_ok=True)
     with torch.no_grad():
@@ -824,6 +883,7 @@ def main():
         mask_softmax_cases()
         mask_dot_product_cases()
         mask_mha_cases()
+        torch_mha_cases()
 
 
 if __name__ == "__main__":

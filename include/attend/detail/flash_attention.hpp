@@ -1,0 +1,292 @@
+// attend/detail/flash_attention.hpp — scaled dot-product attention without the (queries, keys) matrix: tiled, with an
+// online softmax (the FlashAttention forward pass: Dao et al. 2022, algorithm 1; Dao 2023, the rescaling kept per
+// row and the division done once at the end). Evaluation mode only: no dropout, no attention weights.
+//
+// flash_attention_heads() has the shape contract of scaled_dot_product_heads() (attend_rows.hpp):
+//   Q: (batch * num_queries, num_heads * d)   K: (batch * num_keys, num_heads * d)
+//   V: (batch * num_keys, num_heads * dv)     output: (batch * num_queries, num_heads * dv)
+// head h of batch row b is read and written through strided column blocks (columns h*d .. h*d + d - 1, rows
+// b*steps ..), never copied out; the mask of batch row b applies to all its heads.
+//
+// One work item is (batch row b, head h, a block of Br query rows); for it:
+//   Qs = Q_blk / sqrt(d)                                      (br, d)    the scale, folded in once
+//   O = 0, l = 0, m = (none)                                  (br, dv), (br), (br)
+//   for every key block [k0, k0 + bc) between the block's first and last visible key:
+//     S = Qs K_blk^T                                          (br, bc)   one Eigen GEMM
+//     for each row i that sees a key of this block (its visible keys in it: a range, less the keep tensor's holes):
+//       1. m' = max(m_i, max_{j visible} S_ij)
+//       2. P_ij = exp(S_ij - m') for a visible j (flushed to 0 under exp_underflow), 0 for a masked j
+//       3. a = exp(m_i - m'),  l_i = a l_i + sum_j P_ij,  O_i = a O_i,  m_i = m'
+//     O += P V_blk                                            (br, dv)   one Eigen GEMM
+//   output row i = O_i / l_i, or, for a row that sees no key, the mask's FullyMasked rule.
+// Extra memory: the per-thread workspace below, O(Br (d + dv + Bc)), whatever the sequence length; the direct path
+// holds (batch * num_heads, num_queries, num_keys) weights.
+//
+// Masking, as d2l's -1e6 replacement where it matters (see mask.hpp): in a row that sees at least one key, a masked
+// key contributes exactly 0, which is what the direct path gives whenever the row's largest kept score is above
+// -1e6 + 87.34 (float) or -1e6 + 708.40 (double), i.e. for any score a model produces. A row that sees no key gets
+// FullyMasked::uniform, the mean of all num_keys value rows of its head (every score -1e6, every weight 1/num_keys),
+// or FullyMasked::zero, a row of zeros; never NaN. The key loop of a query block runs from the first key any of its
+// rows sees to the last one (its last key block cut there), so keys past every row's visible prefix (valid lengths,
+// the causal limit: half the work of a causal square) and, with a keep tensor, before every row's first kept key are
+// neither read nor computed: their K and V rows may hold anything, NaN included.
+//
+// Block sizes. This machine (Xeon, Ice Lake server, `lscpu`): L1d 48 KiB and L2 1.25 MiB per core. In float,
+// Br = 128 query rows by Bc = 256 keys:
+//   S/P tile      Br * Bc * 4 B       = 128 KiB   written by a GEMM, rewritten by the exp pass, read by the next GEMM
+//   K, V blocks   Bc * (d + dv) * 4 B = 128 KiB at d = dv = 64 (64 KiB at d = 32), streamed
+//   Qs, O         Br * (d + dv) * 4 B =  64 KiB at d = dv = 64, kept for the whole key loop
+//   Eigen's packed copies of the GEMM operands, about as much again: ~320 KiB
+// about 640 KiB at d = 64 (400 KiB at d = 32): inside L2, with room for the next K/V block, so the tile is read from
+// L2 (three passes, a fraction of a cycle per element beside the 2 (d + dv) FLOPs per element of the two GEMMs) and
+// the inputs from memory once per query block. L1 is left to Eigen's GEMM kernel, which blocks its micro-panels for
+// it (a packed 48 x d slice of one operand against d x 4 of the other). An S tile inside L1 (64 x 128, 32 KiB) was
+// 5-15% slower: every GEMM call repacks its operands (K: Bc d, Qs: Br d, V: Bc dv, P: Br Bc), and with products this
+// short (depth d = 32 or 64) packing and call costs, which scale like 1/Br + 1/Bc per FLOP, dominate below about 128.
+// Measured over Br in 32..384 and Bc in 64..1024 on (batch, n, d, heads) = (1, 2048, 64, 1), (1, 1024, 256, 8),
+// (1, 2048, 256, 8) and (8, 128, 256, 8): 128 x 256 was within noise of the best on each. In double the same 128 KiB
+// tile, 128 x 128, was within noise of the best too. Tiles are clipped to the problem (a 4 x 4 problem gets a 4 x 4
+// workspace). The work items stay numerous enough for threads: n / 128 per (batch row, head).
+//
+// Threads: with OpenMP (the including target compiled with -fopenmp) the work items are shared among the threads,
+// each item — and so each output row — computed by exactly one thread in a fixed order, so the result does not
+// depend on the number of threads. The Eigen products inside run on the calling thread: Eigen's GEMM starts no
+// threads of its own inside a parallel region of several threads, and a team of one means one thread allowed.
+// Without OpenMP the items run serially.
+#pragma once
+
+#include <attend/mask.hpp>
+#include <attend/masked_softmax.hpp>
+#include <attend/tensor.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace attend {
+namespace detail {
+
+// Tile sizes of the kernel: Br query rows by Bc keys (see the top of this file).
+struct FlashBlocks {
+  Index query_rows;  // Br
+  Index key_rows;    // Bc
+};
+
+// The tile sizes for Scalar: an S tile of 128 KiB, a tenth of L2 (see the top of this file).
+template <class Scalar>
+constexpr FlashBlocks flash_blocks() {
+  return sizeof(Scalar) <= 4 ? FlashBlocks{128, 256} : FlashBlocks{128, 128};
+}
+
+// One thread's buffers, sized once for the largest work item.
+template <class Scalar>
+struct FlashWorkspace {
+  FlashWorkspace(FlashBlocks blocks, Index d, Index dv)
+      : Qs(blocks.query_rows, d),
+        S(blocks.query_rows, blocks.key_rows),
+        O(blocks.query_rows, dv),
+        m(blocks.query_rows),
+        l(blocks.query_rows),
+        mean(dv),
+        first(static_cast<std::size_t>(blocks.query_rows)),
+        last(static_cast<std::size_t>(blocks.query_rows)),
+        keep(static_cast<std::size_t>(blocks.query_rows)) {}
+
+  Matrix<Scalar> Qs;                // (Br, d): the query block, scaled by 1 / sqrt(d)
+  Matrix<Scalar> S;                 // (Br, Bc): scores, then unnormalised probabilities
+  Matrix<Scalar> O;                 // (Br, dv): unnormalised output
+  Vector<Scalar> m;                 // (Br): running maximum of each row's visible scores
+  Vector<Scalar> l;                 // (Br): running sum of exp(score - m); 0 until the row has seen a key
+  Vector<Scalar> mean;              // (dv): mean of the head's value rows, for FullyMasked::uniform
+  std::vector<Index> first, last;   // (Br): each row's visible keys lie in [first, last); first == last: none
+  std::vector<const bool*> keep;    // (Br): each row's keep row (num_keys), or null
+};
+
+// exp(x), with 0 where x < exp_underflow (as masked_softmax_row), for the scalar rescaling factors.
+template <class Scalar>
+Scalar flushed_exp(Scalar x) {
+  return x < exp_underflow<Scalar>() ? Scalar(0) : std::exp(x);
+}
+
+// row[j] = exp(row[j] - m), flushed to 0 where row[j] - m < exp_underflow; returns the sum of the new row[j].
+// row: (n), contiguous. One pass over Eigen's packets (its vectorised exp); Eigen 3.4's select() has no packet path,
+// so the same expression written with arrays would call std::exp element by element, several times slower.
+template <class Scalar>
+Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
+  namespace ei = Eigen::internal;
+  using Packet = typename ei::packet_traits<Scalar>::type;
+  constexpr Index size = ei::packet_traits<Scalar>::size;
+  const Packet shift = ei::pset1<Packet>(m), underflow = ei::pset1<Packet>(exp_underflow<Scalar>());
+  const Packet zero = ei::pset1<Packet>(Scalar(0));
+  Packet sum = zero;
+  Index j = 0;
+  for (; j + size <= n; j += size) {
+    const Packet x = ei::psub(ei::ploadu<Packet>(row + j), shift);
+    const Packet e = ei::pselect(ei::pcmp_lt(x, underflow), zero, ei::pexp(x));
+    ei::pstoreu(row + j, e);
+    sum = ei::padd(sum, e);
+  }
+  Scalar total = ei::predux(sum);
+  for (; j < n; ++j) {
+    row[j] = flushed_exp(row[j] - m);
+    total += row[j];
+  }
+  return total;
+}
+
+// One work item: rows q0 .. q0 + br - 1 of head h of batch row b. Every argument as flash_attention_heads.
+template <class Scalar>
+void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eigen::Ref<const Matrix<Scalar>>& K,
+                           const Eigen::Ref<const Matrix<Scalar>>& V, Index num_queries, Index num_keys, Index b,
+                           Index h, Index q0, Index br, const Mask& mask, Eigen::Ref<Matrix<Scalar>> output,
+                           FlashBlocks blocks, FlashWorkspace<Scalar>& ws) {
+  const Index d = ws.Qs.cols(), dv = ws.O.cols();
+  const Index key_row0 = b * num_keys;  // first row of batch row b in K and V
+  auto out = output.block(b * num_queries + q0, h * dv, br, dv);  // (br, dv)
+
+  // Each row's visible range [first, last): the visible prefix, narrowed to the first and last kept key when there
+  // is a keep row. The block's key loop covers the union of the rows' ranges.
+  Index block_first = num_keys, block_last = 0;
+  bool any_fully_masked = false;
+  for (Index i = 0; i < br; ++i) {
+    const auto r = static_cast<std::size_t>(i);
+    const Index prefix = mask.visible_prefix(b, q0 + i, num_queries, num_keys);
+    const bool* keep = mask.keep_row(b, q0 + i);
+    Index first = 0, last = prefix;
+    if (keep != nullptr) {
+      while (first < last && !keep[first]) ++first;
+      while (last > first && !keep[last - 1]) --last;
+    }
+    ws.first[r] = first;
+    ws.last[r] = last;
+    ws.keep[r] = keep;
+    if (first < last) {
+      block_first = std::min(block_first, first);
+      block_last = std::max(block_last, last);
+    } else {
+      any_fully_masked = true;
+    }
+  }
+
+  auto Qs = ws.Qs.topRows(br);  // (br, d)
+  auto O = ws.O.topRows(br);    // (br, dv)
+  if (block_first < block_last) {
+    const Scalar scale = Scalar(1) / std::sqrt(static_cast<Scalar>(d));
+    Qs.noalias() = scale * Q.block(b * num_queries + q0, h * d, br, d);
+    O.setZero();
+    ws.l.head(br).setZero();
+  }
+  for (Index k0 = block_first; k0 < block_last; k0 += blocks.key_rows) {
+    const Index bc = std::min(blocks.key_rows, block_last - k0);
+    auto S = ws.S.topLeftCorner(br, bc);  // (br, bc)
+    S.noalias() = Qs * K.block(key_row0 + k0, h * d, bc, d).transpose();
+    for (Index i = 0; i < br; ++i) {
+      const auto r = static_cast<std::size_t>(i);
+      // This row's visible keys in the block: columns [lo, hi), less the keep row's holes.
+      const Index lo = std::clamp(ws.first[r] - k0, Index(0), bc), hi = std::clamp(ws.last[r] - k0, Index(0), bc);
+      auto row = S.row(i).array();  // (bc)
+      if (lo >= hi) {
+        row.setZero();
+        continue;
+      }
+      if (const bool* keep = ws.keep[r]) {
+        bool kept = false;
+        for (Index j = lo; j < hi; ++j) {
+          if (keep[k0 + j]) {
+            kept = true;
+          } else {
+            row(j) = std::numeric_limits<Scalar>::lowest();  // below every kept score; exp(lowest - m) is flushed to 0
+          }
+        }
+        if (!kept) {  // only holes here: nothing to add (the row's first kept key came in an earlier block)
+          row.setZero();
+          continue;
+        }
+      }
+      auto seen = row.segment(lo, hi - lo);  // (hi - lo)
+      const Scalar block_max = seen.maxCoeff();
+      Scalar& m = ws.m(i);
+      Scalar& l = ws.l(i);
+      Scalar rescale = Scalar(1);  // a = exp(m_old - m_new)
+      if (l == Scalar(0)) {
+        m = block_max;
+      } else if (block_max > m) {
+        rescale = flushed_exp(m - block_max);
+        m = block_max;
+      }
+      const Scalar seen_sum = exp_shifted(&S.coeffRef(i, lo), hi - lo, m);
+      row.head(lo).setZero();
+      row.tail(bc - hi).setZero();
+      l = rescale * l + seen_sum;
+      if (rescale != Scalar(1)) O.row(i) *= rescale;
+    }
+    O.noalias() += S * V.block(key_row0 + k0, h * dv, bc, dv);
+  }
+
+  // The head's mean value row, only when some row needs FullyMasked::uniform.
+  const bool uniform = mask.fully_masked() == FullyMasked::uniform && num_keys > 0;
+  if (any_fully_masked && uniform)
+    ws.mean.transpose() = V.block(key_row0, h * dv, num_keys, dv).colwise().sum() / static_cast<Scalar>(num_keys);
+  for (Index i = 0; i < br; ++i) {
+    const auto r = static_cast<std::size_t>(i);
+    if (ws.first[r] < ws.last[r]) {
+      out.row(i) = O.row(i) / ws.l(i);
+    } else if (uniform) {
+      out.row(i) = ws.mean.transpose();
+    } else {
+      out.row(i).setZero();
+    }
+  }
+}
+
+// Scaled dot-product attention for every batch row and head, tiled; see the top of this file.
+//   Q: (batch * num_queries, num_heads * d)   K: (batch * num_keys, num_heads * d)
+//   V: (batch * num_keys, num_heads * dv)     output: (batch * num_queries, num_heads * dv), every element written
+// The mask is indexed by batch row, its shape checked by the caller (Mask::require_shape); blocks: tile sizes, both
+// at least 1.
+template <class Scalar>
+void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eigen::Ref<const Matrix<Scalar>>& K,
+                           const Eigen::Ref<const Matrix<Scalar>>& V, Index batch, Index num_queries, Index num_keys,
+                           Index num_heads, const Mask& mask, Eigen::Ref<Matrix<Scalar>> output,
+                           FlashBlocks blocks = flash_blocks<Scalar>()) {
+  eigen_assert(blocks.query_rows >= 1 && blocks.key_rows >= 1 && num_heads >= 1);
+  eigen_assert(Q.rows() == batch * num_queries && K.rows() == batch * num_keys && V.rows() == K.rows());
+  eigen_assert(Q.cols() % num_heads == 0 && Q.cols() == K.cols() && V.cols() % num_heads == 0);
+  eigen_assert(output.rows() == Q.rows() && output.cols() == V.cols());
+  const Index d = Q.cols() / num_heads, dv = V.cols() / num_heads;
+  // No tile larger than the problem: a short sequence gets a small workspace (no large allocation per call).
+  blocks = {std::min(blocks.query_rows, std::max(num_queries, Index(1))),
+            std::min(blocks.key_rows, std::max(num_keys, Index(1)))};
+  const Index query_blocks = (num_queries + blocks.query_rows - 1) / blocks.query_rows;
+  const Index items = batch * num_heads * query_blocks;  // item = (b * num_heads + h) * query_blocks + block
+  const auto run = [&](FlashWorkspace<Scalar>& ws, Index item) {
+    const Index qb = item % query_blocks, bh = item / query_blocks;
+    const Index q0 = qb * blocks.query_rows;
+    flash_attention_block<Scalar>(Q, K, V, num_queries, num_keys, bh / num_heads, bh % num_heads, q0,
+                                  std::min(blocks.query_rows, num_queries - q0), mask, output, blocks, ws);
+  };
+  if (items == 0) return;
+  // One workspace per thread, allocated here so that running out of memory throws instead of ending the program
+  // inside a parallel region.
+#ifdef _OPENMP
+  std::vector<FlashWorkspace<Scalar>> spaces(static_cast<std::size_t>(omp_get_max_threads()),
+                                             FlashWorkspace<Scalar>(blocks, d, dv));
+#pragma omp parallel
+  {
+    FlashWorkspace<Scalar>& ws = spaces[static_cast<std::size_t>(omp_get_thread_num())];
+#pragma omp for schedule(dynamic, 1)
+    for (Index item = 0; item < items; ++item) run(ws, item);
+  }
+#else
+  FlashWorkspace<Scalar> ws(blocks, d, dv);
+  for (Index item = 0; item < items; ++item) run(ws, item);
+#endif
+}
+
+}  // namespace detail
+}  // namespace attend

@@ -1,0 +1,212 @@
+// attend/from_torch.hpp — PyTorch's own attention layer, torch.nn.MultiheadAttention, as an attend module.
+//
+//   auto weights = attend::load_safetensors<float>("mha.safetensors");              // its state_dict()
+//   auto attention = attend::multi_head_attention_from_torch<float>(weights, 4);    // num_heads is not stored
+//   attention.eval();
+//   attend::Tensor3<float> Y = attention(X, X, X);       // = module(X, X, X, need_weights=False)[0], batch_first
+//
+// nn.MultiheadAttention(embed_dim E, num_heads, kdim, vdim, batch_first=True) computes d2l's multi-head attention:
+// project queries, keys and values, split the E columns into num_heads heads of d = E / num_heads, scaled
+// dot-product attention in each (scores / sqrt(d)), heads concatenated, then out_proj. Only the names differ:
+//
+//   nn.MultiheadAttention                                     attend::MultiHeadAttention (d2l's names)
+//   in_proj_weight (3E, E), rows [0, E) [E, 2E) [2E, 3E)  ->  W_q.weight, W_k.weight, W_v.weight (each (E, E))
+//     or, when kdim or vdim differ from E:
+//     q_proj_weight (E, E), k_proj_weight (E, kdim),      ->  W_q.weight, W_k.weight (E, kdim),
+//     v_proj_weight (E, vdim)                                 W_v.weight (E, vdim)
+//   in_proj_bias (3E), the same three slices              ->  W_q.bias, W_k.bias, W_v.bias
+//   out_proj.weight (E, E), out_proj.bias (E)             ->  W_o.weight, W_o.bias
+//
+// and the module is MultiHeadAttention(key_size = kdim, query_size = E, value_size = vdim, num_hiddens = E,
+// num_heads, dropout, bias) with bias on when in_proj_bias and out_proj.bias are present (bias=True, PyTorch's
+// default) and off when both are absent (bias=False). Inputs are batch first, (batch, steps, features): with
+// nn.MultiheadAttention's default batch_first=False, PyTorch's tensors are (steps, batch, features) instead.
+//
+// Refused, with std::invalid_argument naming the tensor: a state dict of add_bias_kv=True (bias_k, bias_v: learned
+// extra key and value rows that attend does not have); a missing or misshapen tensor; only one of the two biases;
+// any other name (a prefix such as "encoder.attn." must be stripped first); E not divisible by num_heads.
+// add_zero_attn=True leaves no trace in the state dict and is not supported either: do not convert such a module.
+//
+// Masks. nn.MultiheadAttention's masks say what to *ignore*; attend's Mask::keep says what to *attend to*:
+//   key_padding_mask (batch, keys), true = padding, ignored   ->  key_padding_mask_from_torch(key_padding_mask,
+//                                                                 num_queries): keep(b, q, j) = !key_padding_mask(b, j)
+//     (when every row's padding is a suffix, ValidLens::per_batch of the unpadded lengths is the same mask)
+//   attn_mask (queries, keys) of bool, true = not allowed       ->  Mask::keep(K), K (1, queries, keys) = !attn_mask
+//   attn_mask = the causal triu(ones, diagonal=1)               ->  Mask::causal() (the same when queries == keys;
+//                                                                 attend aligns it bottom-right otherwise)
+//   a float attn_mask (added to the scores)                     ->  no equivalent unless it holds only 0 and -inf
+// PyTorch fills masked scores with -inf, attend replaces them with -1e6 (d2l's rule): the weights are the same, a
+// masked key's weight exactly 0, unless the largest kept score of a row is below about -1e6 + 87 (see mask.hpp).
+// A query whose keys are all masked gets NaN from PyTorch 1.13; attend gives uniform weights, or zeros with
+// .when_fully_masked(FullyMasked::zero).
+#pragma once
+
+#include <algorithm>
+#include <attend/mask.hpp>
+#include <attend/multi_head_attention.hpp>
+#include <attend/random.hpp>
+#include <attend/state_dict.hpp>
+#include <attend/tensor.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace attend {
+
+namespace detail {
+
+// Tensor `name` of `dict`, or null; throws when its values do not fill its shape.
+template <class Scalar>
+const NamedTensor<Scalar>* torch_tensor(const StateDict<Scalar>& dict, const std::string& name, const char* where) {
+  const auto found = dict.find(name);
+  if (found == dict.end()) return nullptr;
+  const NamedTensor<Scalar>& tensor = found->second;
+  const auto count = element_count(tensor.shape);
+  require(count && *count == tensor.values.size(), where, ": ", quoted(name), " has shape ", shape_string(tensor.shape),
+          " but ", tensor.values.size(), " values");
+  return &tensor;
+}
+
+// Throws unless `tensor` has `shape`; `what` describes the shape in PyTorch's terms.
+template <class Scalar>
+void require_torch_shape(const NamedTensor<Scalar>& tensor, const std::vector<Index>& shape, const std::string& name,
+                         const char* what, const char* where) {
+  require(tensor.shape == shape, where, ": ", quoted(name), " must have shape ", shape_string(shape), " ", what,
+          ", got ", shape_string(tensor.shape));
+}
+
+// Rows [first, first + rows) of a row-major (rows_total, cols) tensor, or elements [first, first + rows) of a
+// vector (cols == 0), as a tensor of their own.
+template <class Scalar>
+NamedTensor<Scalar> torch_rows(const NamedTensor<Scalar>& tensor, Index first, Index rows, Index cols) {
+  const Index width = cols == 0 ? 1 : cols;
+  NamedTensor<Scalar> out;
+  out.shape = cols == 0 ? std::vector<Index>{rows} : std::vector<Index>{rows, cols};
+  out.values.assign(tensor.values.begin() + first * width, tensor.values.begin() + (first + rows) * width);
+  return out;
+}
+
+}  // namespace detail
+
+// A MultiHeadAttention holding the parameters of a torch.nn.MultiheadAttention's state_dict() (see the top of this
+// file for the names and for masks). num_heads is not part of a state dict: pass the module's. dropout applies in
+// training mode only, as for any attend module; call eval() for PyTorch's eval-mode outputs. Checks, in order:
+// num_heads and dropout, bias_k / bias_v, the projection weights, E % num_heads, out_proj.weight, the biases, then
+// any other name; the first problem throws std::invalid_argument naming it.
+template <class Scalar>
+MultiHeadAttention<Scalar> multi_head_attention_from_torch(const StateDict<Scalar>& dict, Index num_heads,
+                                                           Scalar dropout = Scalar(0)) {
+  constexpr const char* where = "multi_head_attention_from_torch";
+  detail::require_at_least(num_heads, 1, where, "num_heads");
+  detail::require_probability(dropout, where);
+  const auto tensor = [&](const std::string& name) { return detail::torch_tensor(dict, name, where); };
+
+  for (const char* name : {"bias_k", "bias_v"})
+    detail::require(tensor(name) == nullptr, where, ": ", detail::quoted(name),
+                    " is present: nn.MultiheadAttention(add_bias_kv=True) appends a learned key and value to every "
+                    "sequence, which attend's MultiHeadAttention does not support");
+
+  // 1. The input projections: packed (3E, E), or one per input when kdim or vdim differ from E.
+  StateDict<Scalar> d2l;  // the same tensors under d2l's names
+  Index E = 0, kdim = 0, vdim = 0;
+  const bool packed = tensor("in_proj_weight") != nullptr;
+  if (packed) {
+    const auto& W = *tensor("in_proj_weight");
+    detail::require(W.rank() == 2 && W.shape[1] >= 1 && W.shape[0] == 3 * W.shape[1], where,
+                    ": \"in_proj_weight\" must have shape (3 * embed_dim, embed_dim), got ",
+                    detail::shape_string(W.shape));
+    E = kdim = vdim = W.shape[1];
+    d2l["W_q.weight"] = detail::torch_rows(W, 0, E, E);
+    d2l["W_k.weight"] = detail::torch_rows(W, E, E, E);
+    d2l["W_v.weight"] = detail::torch_rows(W, 2 * E, E, E);
+  } else if (tensor("q_proj_weight") != nullptr) {
+    const auto& W_q = *tensor("q_proj_weight");
+    detail::require(W_q.rank() == 2 && W_q.shape[0] >= 1 && W_q.shape[0] == W_q.shape[1], where,
+                    ": \"q_proj_weight\" must have shape (embed_dim, embed_dim), got ",
+                    detail::shape_string(W_q.shape));
+    E = W_q.shape[0];
+    for (const char* name : {"k_proj_weight", "v_proj_weight"}) {
+      const auto* W = tensor(name);
+      detail::require(W != nullptr, where, ": \"q_proj_weight\" is present but ", detail::quoted(name),
+                      " is missing (nn.MultiheadAttention with kdim or vdim has q_proj_weight, k_proj_weight and "
+                      "v_proj_weight)");
+      detail::require(W->rank() == 2 && W->shape[0] == E && W->shape[1] >= 1, where, ": ", detail::quoted(name),
+                      " must have shape (", E, ", ", name[0] == 'k' ? "kdim" : "vdim", ") (embed_dim, ",
+                      name[0] == 'k' ? "kdim" : "vdim", "), got ", detail::shape_string(W->shape));
+    }
+    kdim = tensor("k_proj_weight")->shape[1];
+    vdim = tensor("v_proj_weight")->shape[1];
+    d2l["W_q.weight"] = W_q;
+    d2l["W_k.weight"] = *tensor("k_proj_weight");
+    d2l["W_v.weight"] = *tensor("v_proj_weight");
+  } else {
+    std::vector<std::string> present;
+    for (const auto& item : dict) present.push_back(item.first);
+    throw std::invalid_argument(
+        detail::message(where,
+                        ": missing \"in_proj_weight\" (or \"q_proj_weight\", \"k_proj_weight\" and \"v_proj_weight\"): "
+                        "the dict is not an nn.MultiheadAttention's state dict; its tensors are ",
+                        present.empty() ? std::string("none") : detail::quoted_list(present)));
+  }
+  detail::require(E % num_heads == 0, where, ": embed_dim (", E, ") must be divisible by num_heads (", num_heads, ")");
+
+  // 2. The output projection.
+  const auto* W_o = tensor("out_proj.weight");
+  detail::require(W_o != nullptr, where, ": missing \"out_proj.weight\" of shape (", E, ", ", E, ")");
+  detail::require_torch_shape(*W_o, {E, E}, "out_proj.weight", "(embed_dim, embed_dim)", where);
+  d2l["W_o.weight"] = *W_o;
+
+  // 3. The biases: both (bias=True) or neither (bias=False).
+  const auto* in_bias = tensor("in_proj_bias");
+  const auto* out_bias = tensor("out_proj.bias");
+  detail::require((in_bias == nullptr) == (out_bias == nullptr), where, ": ",
+                  in_bias ? "\"in_proj_bias\" is present but \"out_proj.bias\" is not"
+                          : "\"out_proj.bias\" is present but \"in_proj_bias\" is not",
+                  ": attend's MultiHeadAttention has a bias on all four projections or on none");
+  const bool bias = in_bias != nullptr;
+  if (bias) {
+    detail::require_torch_shape(*in_bias, {3 * E}, "in_proj_bias", "(3 * embed_dim)", where);
+    detail::require_torch_shape(*out_bias, {E}, "out_proj.bias", "(embed_dim)", where);
+    d2l["W_q.bias"] = detail::torch_rows(*in_bias, 0, E, 0);
+    d2l["W_k.bias"] = detail::torch_rows(*in_bias, E, E, 0);
+    d2l["W_v.bias"] = detail::torch_rows(*in_bias, 2 * E, E, 0);
+    d2l["W_o.bias"] = *out_bias;
+  }
+
+  // 4. Nothing else. The names such a module has, in PyTorch's order:
+  std::vector<std::string> names;
+  if (packed)
+    names = {"in_proj_weight"};
+  else
+    names = {"q_proj_weight", "k_proj_weight", "v_proj_weight"};
+  if (bias) names.push_back("in_proj_bias");
+  names.push_back("out_proj.weight");
+  if (bias) names.push_back("out_proj.bias");
+  for (const auto& item : dict)
+    detail::require(std::find(names.begin(), names.end(), item.first) != names.end(), where, ": unexpected tensor ",
+                    detail::quoted(item.first), " (nn.MultiheadAttention(", E, ", ", num_heads,
+                    packed ? "" : detail::message(", kdim=", kdim, ", vdim=", vdim), bias ? "" : ", bias=False",
+                    ") has exactly ", detail::quoted_list(names), ")");
+
+  // The initial parameters are overwritten at once: draw them from a generator of their own, so that converting
+  // leaves default_generator() where it was.
+  Generator scratch;
+  MultiHeadAttention<Scalar> attention(kdim, E, vdim, E, num_heads, dropout, bias, scratch);
+  attention.load_state_dict(d2l);
+  return attention;
+}
+
+// nn.MultiheadAttention's key_padding_mask (batch, keys), true where a key is padding and must be ignored, as an
+// attend Mask for num_queries queries: keep (batch, num_queries, keys), keep(b, q, j) = !key_padding_mask(b, j).
+// Note the opposite polarity: PyTorch's true means ignore, Mask::keep's true means attend.
+inline Mask key_padding_mask_from_torch(const Matrix<bool>& key_padding_mask, Index num_queries) {
+  detail::require_at_least(num_queries, 0, "key_padding_mask_from_torch", "num_queries");
+  const Index batch = key_padding_mask.rows(), num_keys = key_padding_mask.cols();
+  Tensor3<bool> keep(batch, num_queries, num_keys);  // (batch, queries, keys)
+  for (Index b = 0; b < batch; ++b)
+    for (Index q = 0; q < num_queries; ++q)
+      for (Index j = 0; j < num_keys; ++j) keep(b, q, j) = !key_padding_mask(b, j);
+  return Mask::keep(std::move(keep));
+}
+
+}  // namespace attend
