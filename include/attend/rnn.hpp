@@ -58,6 +58,7 @@ class RNN : public Module {
     detail::require_dim(X, 2, input_size_, "RNN", "X", "features (input_size)");
     const Index batch = X.dimension(0), steps = X.dimension(1), hidden = hidden_size_;
     Tensor3<Scalar> H(batch, steps, hidden);  // (batch, steps, hidden): h_1 .. h_steps of every batch row
+    if (H.size() == 0) return H;  // no view of an empty buffer is taken below
 
     // 1. Input projection of every (batch row, step) at once, both biases folded in.
     auto projected = detail::as_matrix(H);  // (batch * steps, hidden), row b * steps + t

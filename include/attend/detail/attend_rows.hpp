@@ -50,6 +50,10 @@ void scaled_dot_product_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const E
   const Index d = Q.cols() / num_heads, dv = V.cols() / num_heads;
   const Scalar scale = Scalar(1) / std::sqrt(static_cast<Scalar>(d));
   weights.resize(batch * num_heads, num_queries, num_keys);
+  if (weights.size() == 0) {  // no query, or no key: a sum over no keys; and no view of an empty buffer is taken
+    output.setZero();
+    return;
+  }
   for (Index b = 0; b < batch; ++b) {
     for (Index h = 0; h < num_heads; ++h) {
       const auto Qh = Q.block(b * num_queries, h * d, num_queries, d);    // (queries, d), a strided view

@@ -271,6 +271,10 @@ void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
                                   std::min(blocks.query_rows, num_queries - q0), mask, output, blocks, ws);
   };
   if (items == 0) return;
+  if (num_keys == 0) {  // a sum over no keys; and no view of the empty K and V may be taken (null data)
+    output.setZero();
+    return;
+  }
   // One workspace per thread, allocated here so that running out of memory throws instead of ending the program
   // inside a parallel region.
 #ifdef _OPENMP
