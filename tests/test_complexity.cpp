@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
+#include <support/random_tensor.hpp>
 #include <vector>
 
 using attend::Generator;
@@ -16,16 +17,9 @@ using attend::Tensor3;
 using Catch::Matchers::Message;
 using Catch::Matchers::WithinAbs;
 
-namespace {
+using attend_test::random_tensor;
 
-// (batch, steps, features), uniform in [-1, 1) from a generator of its own.
-template <class Scalar>
-Tensor3<Scalar> random_tensor(Index batch, Index steps, Index features, std::uint64_t seed) {
-  Generator generator(seed);
-  Tensor3<Scalar> X(batch, steps, features);  // (batch, steps, features)
-  for (Index i = 0; i < X.size(); ++i) X.data()[i] = generator.uniform<Scalar>(Scalar(-1), Scalar(1));
-  return X;
-}
+namespace {
 
 // y = c x^p at every x.
 std::vector<double> power_law(const std::vector<double>& x, double c, double p) {
@@ -116,8 +110,8 @@ TEST_CASE("loglog_slope rejects what it cannot fit, naming the argument and the 
 TEST_CASE("median is the middle value, or the mean of the two middle values", "[complexity]") {
   CHECK(attend::median({5}) == 5);
   CHECK(attend::median({3, 1, 2}) == 2);
-  CHECK(attend::median({9, 1, 100, 2}) == 5.5);      // sorted 1 2 9 100: (2 + 9) / 2
-  CHECK(attend::median({1, 1, 1, 50, 1000}) == 1);   // outliers do not move it
+  CHECK(attend::median({9, 1, 100, 2}) == 5.5);     // sorted 1 2 9 100: (2 + 9) / 2
+  CHECK(attend::median({1, 1, 1, 50, 1000}) == 1);  // outliers do not move it
   REQUIRE_THROWS_MATCHES(attend::median({}), std::invalid_argument,
                          Message("median: values must not be empty, got 0 values"));
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <support/fixture.hpp>
 #include <support/matchers.hpp>
+#include <support/random_tensor.hpp>
 
 using attend::Conv1d;
 using attend::Generator;
@@ -19,16 +20,9 @@ using attend::Index;
 using attend::Tensor3;
 using Catch::Matchers::Message;
 
-namespace {
+using attend_test::random_tensor;
 
-// (batch, steps, features) filled with uniform values in [-1, 1) from a generator of its own.
-template <class Scalar>
-Tensor3<Scalar> random_tensor(Index batch, Index steps, Index features, std::uint64_t seed) {
-  Generator generator(seed);
-  Tensor3<Scalar> X(batch, steps, features);  // (batch, steps, features)
-  for (Index i = 0; i < X.size(); ++i) X.data()[i] = generator.uniform<Scalar>(Scalar(-1), Scalar(1));
-  return X;
-}
+namespace {
 
 // The definition with explicit loops in double, for a given left padding:
 //   Y[b, s, o] = bias[o] + sum_{i, t} W[o, i, t] X[b, s + t - left, i], X outside [0, steps) being 0.
@@ -206,8 +200,8 @@ TEMPLATE_TEST_CASE("Conv1d counts its multiply-adds", "[conv1d]", float, double)
   CHECK(conv.multiply_adds(0, 7) == 0);
 }
 
-TEMPLATE_TEST_CASE("Conv1d is initialised uniformly within 1/sqrt(in * k), as PyTorch", "[conv1d][init]",
-                   float, double) {
+TEMPLATE_TEST_CASE("Conv1d is initialised uniformly within 1/sqrt(in * k), as PyTorch", "[conv1d][init]", float,
+                   double) {
   // torch.nn.Conv1d.reset_parameters: kaiming_uniform_(a=sqrt(5)) on W gives bound 1/sqrt(fan_in) with
   // fan_in = in_channels * kernel_size, and the bias bound is the same. in = 4, k = 25, out = 64 give 1/10, far
   // from 1/sqrt(in) = 1/2, 1/sqrt(k) = 1/5 and 1/sqrt(out * k) = 1/40.
@@ -298,8 +292,8 @@ TEMPLATE_TEST_CASE("Conv1d rejects sizes below 1", "[conv1d][errors]", float, do
                          Message("Conv1d: kernel_size must be at least 1, got 0"));
 }
 
-TEMPLATE_TEST_CASE("Conv1d rejects X with the wrong channel count, naming X and both counts", "[conv1d][errors]",
-                   float, double) {
+TEMPLATE_TEST_CASE("Conv1d rejects X with the wrong channel count, naming X and both counts", "[conv1d][errors]", float,
+                   double) {
   const Conv1d<TestType> conv(3, 4, 3);
   Tensor3<TestType> X(2, 7, 4);
   X.setZero();
@@ -309,8 +303,8 @@ TEMPLATE_TEST_CASE("Conv1d rejects X with the wrong channel count, naming X and 
                          Message("Conv1d: X must have 3 features (in_channels) (axis 2), got shape (2, 0, 1)"));
 }
 
-TEMPLATE_TEST_CASE("Conv1d parameters resized from outside make the call throw, naming both shapes",
-                   "[conv1d][errors]", float, double) {
+TEMPLATE_TEST_CASE("Conv1d parameters resized from outside make the call throw, naming both shapes", "[conv1d][errors]",
+                   float, double) {
   Tensor3<TestType> X(2, 7, 3);
   X.setZero();
   SECTION("weight with another kernel size") {

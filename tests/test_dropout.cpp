@@ -12,6 +12,7 @@
 #include <limits>
 #include <stdexcept>
 #include <support/matchers.hpp>
+#include <support/random_tensor.hpp>
 #include <vector>
 
 using attend::Generator;
@@ -20,17 +21,9 @@ using attend::Tensor3;
 using attend::ValidLens;
 using Catch::Contains;
 
-namespace {
+using attend_test::random_tensor;
 
-// (batch, steps, features) filled with uniform values in [lo, hi) from a generator of its own.
-template <class Scalar>
-Tensor3<Scalar> random_tensor(Index batch, Index steps, Index features, std::uint64_t seed, Scalar lo = Scalar(-1),
-                              Scalar hi = Scalar(1)) {
-  Generator generator(seed);
-  Tensor3<Scalar> X(batch, steps, features);  // (batch, steps, features)
-  for (Index i = 0; i < X.size(); ++i) X.data()[i] = generator.uniform<Scalar>(lo, hi);
-  return X;
-}
+namespace {
 
 template <class Scalar>
 bool equal(const Tensor3<Scalar>& a, const Tensor3<Scalar>& b) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <support/matchers.hpp>
+#include <support/random_tensor.hpp>
 
 using attend::Generator;
 using attend::Index;
@@ -13,16 +14,9 @@ using attend::Linear;
 using attend::Tensor3;
 using Catch::Contains;
 
-namespace {
+using attend_test::random_tensor;
 
-// (batch, steps, features) filled with uniform values in [-1, 1) from a generator of its own.
-template <class Scalar>
-Tensor3<Scalar> random_tensor(Index batch, Index steps, Index features, std::uint64_t seed) {
-  Generator generator(seed);
-  Tensor3<Scalar> X(batch, steps, features);  // (batch, steps, features)
-  for (Index i = 0; i < X.size(); ++i) X.data()[i] = generator.uniform<Scalar>(Scalar(-1), Scalar(1));
-  return X;
-}
+namespace {
 
 // The definition, with explicit loops in double: y[b, t, o] = sum_i x[b, t, i] W[o, i] + bias[o].
 template <class Scalar>

@@ -9,6 +9,7 @@
 #include <string>
 #include <support/fixture.hpp>
 #include <support/matchers.hpp>
+#include <support/random_tensor.hpp>
 
 using attend::Generator;
 using attend::Index;
@@ -16,16 +17,9 @@ using attend::RNN;
 using attend::Tensor3;
 using Catch::Matchers::Message;
 
-namespace {
+using attend_test::random_tensor;
 
-// (batch, steps, features) filled with uniform values in [-1, 1) from a generator of its own.
-template <class Scalar>
-Tensor3<Scalar> random_tensor(Index batch, Index steps, Index features, std::uint64_t seed) {
-  Generator generator(seed);
-  Tensor3<Scalar> X(batch, steps, features);  // (batch, steps, features)
-  for (Index i = 0; i < X.size(); ++i) X.data()[i] = generator.uniform<Scalar>(Scalar(-1), Scalar(1));
-  return X;
-}
+namespace {
 
 // The recurrence with explicit loops in double, one batch row and one step at a time.
 template <class Scalar>
@@ -87,8 +81,8 @@ TEMPLATE_TEST_CASE("RNN follows the recurrence, checked by hand", "[rnn]", float
     Tensor3<TestType> X(1, 1, 2);  // (batch, steps, input)
     X.setValues({{{1, 2}}});
     Tensor3<double> expected(1, 1, 2);
-    expected(0, 0, 0) = std::tanh(0.5 * 1 - 1 * 2 + 0.1 + 0.05);   // tanh(-1.35)
-    expected(0, 0, 1) = std::tanh(0.25 * 1 + 2 * 2 - 0.2 + 0.3);   // tanh(4.35)
+    expected(0, 0, 0) = std::tanh(0.5 * 1 - 1 * 2 + 0.1 + 0.05);  // tanh(-1.35)
+    expected(0, 0, 1) = std::tanh(0.25 * 1 + 2 * 2 - 0.2 + 0.3);  // tanh(4.35)
     REQUIRE_THAT(rnn(X), attend_test::Near(expected, tol));
   }
 
@@ -157,8 +151,7 @@ TEMPLATE_TEST_CASE("RNN counts its multiply-adds", "[rnn]", float, double) {
   CHECK(rnn.multiply_adds(2, 0) == 0);
 }
 
-TEMPLATE_TEST_CASE("RNN is initialised uniformly within 1/sqrt(hidden), as PyTorch", "[rnn][init]",
-                   float, double) {
+TEMPLATE_TEST_CASE("RNN is initialised uniformly within 1/sqrt(hidden), as PyTorch", "[rnn][init]", float, double) {
   // torch.nn.RNNBase.reset_parameters: every parameter uniform in +-1/sqrt(hidden_size). input_size = 400 and
   // hidden_size = 4 make 1/sqrt(hidden) = 1/2 and 1/sqrt(input) = 1/20 far apart.
   Generator generator(3);
@@ -260,15 +253,13 @@ TEMPLATE_TEST_CASE("RNN parameters resized from outside make the call throw, nam
   X.setZero();
   SECTION("weight_ih transposed") {
     rnn.weight_ih().resize(3, 5);
-    REQUIRE_THROWS_MATCHES(
-        rnn(X), std::invalid_argument,
-        Message("RNN: weight_ih must have shape (5, 3) (hidden_size, input_size), got (3, 5)"));
+    REQUIRE_THROWS_MATCHES(rnn(X), std::invalid_argument,
+                           Message("RNN: weight_ih must have shape (5, 3) (hidden_size, input_size), got (3, 5)"));
   }
   SECTION("weight_hh smaller") {
     rnn.weight_hh().resize(4, 4);
-    REQUIRE_THROWS_MATCHES(
-        rnn(X), std::invalid_argument,
-        Message("RNN: weight_hh must have shape (5, 5) (hidden_size, hidden_size), got (4, 4)"));
+    REQUIRE_THROWS_MATCHES(rnn(X), std::invalid_argument,
+                           Message("RNN: weight_hh must have shape (5, 5) (hidden_size, hidden_size), got (4, 4)"));
   }
   SECTION("bias_ih shorter") {
     rnn.bias_ih().resize(4);

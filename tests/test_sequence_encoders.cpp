@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <support/matchers.hpp>
+#include <support/random_tensor.hpp>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -24,16 +25,9 @@ using attend::SelfAttentionEncoder;
 using attend::Tensor3;
 using Catch::Matchers::Message;
 
-namespace {
+using attend_test::random_tensor;
 
-// (batch, steps, features), uniform in [-1, 1) from a generator of its own.
-template <class Scalar>
-Tensor3<Scalar> random_tensor(Index batch, Index steps, Index features, std::uint64_t seed) {
-  Generator generator(seed);
-  Tensor3<Scalar> X(batch, steps, features);  // (batch, steps, features)
-  for (Index i = 0; i < X.size(); ++i) X.data()[i] = generator.uniform<Scalar>(Scalar(-1), Scalar(1));
-  return X;
-}
+namespace {
 
 // Bit for bit.
 template <class Scalar>
@@ -74,8 +68,8 @@ TEMPLATE_TEST_CASE("Every encoder maps (batch, n, d) to (batch, n, d)", "[encode
   }
 }
 
-TEMPLATE_TEST_CASE("Each encoder is its modules, drawn from the generator in order and applied in order",
-                   "[encoders]", float, double) {
+TEMPLATE_TEST_CASE("Each encoder is its modules, drawn from the generator in order and applied in order", "[encoders]",
+                   float, double) {
   const Tensor3<TestType> X = random_tensor<TestType>(2, 6, 4, 3);  // (2, 6, 4)
 
   SECTION("self-attention: X + P[:n], then MultiHeadAttention(4, 4, 4, 4, 2, 0) twice") {
@@ -223,7 +217,8 @@ TEMPLATE_TEST_CASE("flops counts every GEMM's multiply-adds twice, checked by ha
     // Two layers, batch 2, n = 4: per layer 2 * (2*4*9 + 2*3*9) = 252, twice 504; as RNN counts its own work.
     const RNNEncoder<TestType> two(3, 2);
     CHECK(two.flops(2, 4) == 504);
-    CHECK(two.flops(2, 4) == 2.0 * static_cast<double>(two.rnn(0).multiply_adds(2, 4) + two.rnn(1).multiply_adds(2, 4)));
+    CHECK(two.flops(2, 4) ==
+          2.0 * static_cast<double>(two.rnn(0).multiply_adds(2, 4) + two.rnn(1).multiply_adds(2, 4)));
     CHECK(two.flops(2, 1) == 2 * 2 * (2 * 1 * 9));  // one step: the projection only
   }
   SECTION("CNN") {
@@ -252,8 +247,7 @@ TEMPLATE_TEST_CASE("sequential_operations: layers for self-attention and the CNN
   }
 }
 
-TEMPLATE_TEST_CASE("Self-attention: one hop between any two positions, measured", "[encoders][path]", float,
-                   double) {
+TEMPLATE_TEST_CASE("Self-attention: one hop between any two positions, measured", "[encoders][path]", float, double) {
   for (Index layers : {1, 2}) {
     SelfAttentionEncoder<TestType> encoder(4, 2, layers);
     for (Index n : {1, 2, 3, 16}) {
@@ -302,10 +296,21 @@ TEMPLATE_TEST_CASE("CNN: ceil((n - 1) / floor((k - 1) / 2)) layers from x_1 to y
   //   (6, 1, 10)    0      never                       unreachable
   //   (2, 4, 1)     1      1                           1
   //   (1, 3, 1)     -      n = 1                       0
-  const std::vector<std::tuple<Index, Index, Index, Index>> cases{
-      {9, 3, 8, 8},  {9, 3, 12, 8},  {9, 3, 7, attend::unreachable},  {9, 4, 8, 8},  {9, 4, 7, attend::unreachable},
-      {9, 5, 4, 4},  {10, 5, 5, 5},  {10, 6, 5, 5},  {10, 6, 4, attend::unreachable},  {13, 7, 4, 4},  {13, 8, 4, 4},
-      {6, 2, 10, attend::unreachable},  {6, 1, 10, attend::unreachable},  {2, 4, 1, 1},  {1, 3, 1, 0}};
+  const std::vector<std::tuple<Index, Index, Index, Index>> cases{{9, 3, 8, 8},
+                                                                  {9, 3, 12, 8},
+                                                                  {9, 3, 7, attend::unreachable},
+                                                                  {9, 4, 8, 8},
+                                                                  {9, 4, 7, attend::unreachable},
+                                                                  {9, 5, 4, 4},
+                                                                  {10, 5, 5, 5},
+                                                                  {10, 6, 5, 5},
+                                                                  {10, 6, 4, attend::unreachable},
+                                                                  {13, 7, 4, 4},
+                                                                  {13, 8, 4, 4},
+                                                                  {6, 2, 10, attend::unreachable},
+                                                                  {6, 1, 10, attend::unreachable},
+                                                                  {2, 4, 1, 1},
+                                                                  {1, 3, 1, 0}};
   for (const auto& [n, k, layers, expected] : cases) {
     CAPTURE(n, k, layers);
     const CNNEncoder<TestType> encoder(4, k, layers);
@@ -331,8 +336,8 @@ TEMPLATE_TEST_CASE("Encoders reject inputs of the wrong width, naming the argume
                          Message("CNNEncoder: X must have 8 features (num_hiddens) (axis 2), got shape (2, 5, 7)"));
 }
 
-TEMPLATE_TEST_CASE("Self-attention rejects sequences longer than its positional encoding", "[encoders][errors]",
-                   float, double) {
+TEMPLATE_TEST_CASE("Self-attention rejects sequences longer than its positional encoding", "[encoders][errors]", float,
+                   double) {
   SelfAttentionEncoder<TestType> short_encoder(4, 1, 1, 10);  // max_len 10
   CHECK(short_encoder.max_len() == 10);
   REQUIRE_THROWS_MATCHES(short_encoder(Tensor3<TestType>(1, 11, 4)), std::invalid_argument,
@@ -343,8 +348,7 @@ TEMPLATE_TEST_CASE("Self-attention rejects sequences longer than its positional 
   CHECK(SelfAttentionEncoder<TestType>(4, 1, 1).max_len() == 1000);  // d2l's default
 }
 
-TEMPLATE_TEST_CASE("Encoders reject bad configurations and indices, naming them", "[encoders][errors]", float,
-                   double) {
+TEMPLATE_TEST_CASE("Encoders reject bad configurations and indices, naming them", "[encoders][errors]", float, double) {
   REQUIRE_THROWS_MATCHES(SelfAttentionEncoder<TestType>(6, 4, 1), std::invalid_argument,
                          Message("SelfAttentionEncoder: num_hiddens (6) must be divisible by num_heads (4)"));
   REQUIRE_THROWS_MATCHES(SelfAttentionEncoder<TestType>(6, 2, 0), std::invalid_argument,

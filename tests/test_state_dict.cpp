@@ -21,6 +21,7 @@
 #include <support/fixture.hpp>
 #include <support/lens.hpp>
 #include <support/matchers.hpp>
+#include <support/random_tensor.hpp>
 #include <vector>
 
 using attend::Generator;
@@ -32,19 +33,12 @@ using Catch::Matchers::Equals;
 
 namespace fs = std::filesystem;
 
+using attend_test::random_tensor;
+
 namespace {
 
 using Shape = std::vector<Index>;
 using Shapes = std::map<std::string, Shape>;
-
-// (batch, steps, features) uniform in [-1, 1) from a generator of its own.
-template <class Scalar>
-Tensor3<Scalar> random_tensor(Index batch, Index steps, Index features, std::uint64_t seed) {
-  Generator generator(seed);
-  Tensor3<Scalar> X(batch, steps, features);  // (batch, steps, features)
-  for (Index i = 0; i < X.size(); ++i) X.data()[i] = generator.uniform<Scalar>(Scalar(-1), Scalar(1));
-  return X;
-}
 
 // Same shape and the same values, bit for bit.
 template <class Scalar>
