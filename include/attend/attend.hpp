@@ -2,6 +2,7 @@
 #pragma once
 
 #include <attend/additive_attention.hpp>
+#include <attend/attention_path.hpp>
 #include <attend/complexity.hpp>
 #include <attend/conv1d.hpp>
 #include <attend/dot_product_attention.hpp>
@@ -19,5 +20,7 @@
 #include <attend/sequence_encoders.hpp>
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
+#include <attend/threads.hpp>
 #include <attend/transpose_qkv.hpp>
 #include <attend/valid_lens.hpp>
+#include <attend/workspace.hpp>

@@ -4,15 +4,25 @@
 //   output  = dropout(weights) V                                  (batch, queries, value_dim)
 // The mask is d2l's valid lengths or any attend::Mask (causal, a keep tensor, their AND); see mask.hpp.
 // It has no parameters: state_dict() is empty, as d2l's.
+//
+// Two paths (attention_path.hpp): the direct one above, which keeps the weights, and a tiled online-softmax kernel
+// that forms none, taken automatically in evaluation mode when the weights would not fit the cache budget;
+// set_path() chooses explicitly. forward() is the const, reentrant evaluation-mode pass: any number of threads may
+// call it at once on one module, as long as none modifies the module meanwhile.
 #pragma once
 
+#include <attend/attention_path.hpp>
 #include <attend/detail/attend_rows.hpp>
+#include <attend/detail/flash_attention.hpp>
 #include <attend/mask.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <attend/valid_lens.hpp>
+#include <attend/workspace.hpp>
+
+#include <stdexcept>
 
 namespace attend {
 
@@ -28,28 +38,43 @@ class DotProductAttention : public Module {
   // mask: none; valid lengths (batch,) or (batch, q); or any Mask, keep tensor (batch or 1, q, k)
   Tensor3<Scalar> operator()(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
                              const Mask& mask = {}) {
-    constexpr const char* where = "DotProductAttention";
-    detail::require_same_dim(queries, keys, 0, where, "queries", "keys", "batch size");
-    detail::require_same_dim(keys, values, 0, where, "keys", "values", "batch size");
-    detail::require_same_dim(queries, keys, 2, where, "queries", "keys", "feature size");
-    detail::require_same_dim(keys, values, 1, where, "keys", "values", "number of steps");
-    detail::require(queries.dimension(2) >= 1, where, ": queries must have at least 1 feature, got shape ",
-                    detail::shape_string(queries.dimensions()));
-    const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
-    mask.require_shape(batch, num_queries, num_keys, where);
-
-    Tensor3<Scalar> output(batch, num_queries, values.dimension(2));  // (batch, q, v)
-    Tensor3<Scalar> weights;                                          // (batch, q, k)
+    check(queries, keys, values, mask, "DotProductAttention");
     const bool drop = is_training() && dropout_ > Scalar(0);
-    detail::scaled_dot_product_heads<Scalar>(detail::as_matrix(queries), detail::as_matrix(keys),
-                                             detail::as_matrix(values), batch, num_queries, num_keys, 1, mask, weights,
-                                             detail::as_matrix(output), dropout_, drop ? &generator_ : nullptr);
-    attention_weights_ = std::move(weights);
+    const bool tiled = takes_tiled(queries, keys, drop);
+    Tensor3<Scalar> output = run(queries, keys, values, mask, workspace_, tiled ? nullptr : &attention_weights_,
+                                 drop ? &generator_ : nullptr, tiled);
+    if (tiled) attention_weights_ = Tensor3<Scalar>();  // the previous call's weights are not this call's
+    last_call_tiled_ = tiled;
     return output;
   }
 
-  // (batch, q, k) of the last call, before dropout.
-  const Tensor3<Scalar>& attention_weights() const { return attention_weights_; }
+  // The evaluation-mode output, whatever is_training(): no dropout, no weights kept, nothing in the module changed.
+  // Safe to call from many threads at once; same arguments and result as operator().
+  Tensor3<Scalar> forward(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
+                          const Mask& mask = {}) const {
+    AttentionWorkspace<Scalar> workspace;
+    return forward(queries, keys, values, mask, workspace);
+  }
+  // The same, with the caller's workspace (one per thread): repeated calls of one shape allocate only the output.
+  Tensor3<Scalar> forward(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
+                          const Mask& mask, AttentionWorkspace<Scalar>& workspace) const {
+    check(queries, keys, values, mask, "DotProductAttention::forward");
+    return run(queries, keys, values, mask, workspace, nullptr, nullptr, takes_tiled(queries, keys, false));
+  }
+
+  // Which implementation runs: automatic (default), direct or tiled; see attention_path.hpp.
+  void set_path(AttentionPath path) { path_ = detail::checked_path(path, "DotProductAttention::set_path"); }
+  AttentionPath path() const { return path_; }
+
+  // (batch, q, k) of the last call, before dropout. Empty before the first call; throws std::logic_error after a call
+  // that took the tiled path, which forms none.
+  const Tensor3<Scalar>& attention_weights() const {
+    if (last_call_tiled_)
+      throw std::logic_error(
+          "DotProductAttention::attention_weights: the last call took the tiled path, which forms no weights; "
+          "set_path(AttentionPath::direct) keeps them");
+    return attention_weights_;
+  }
   Scalar dropout() const { return dropout_; }
   // The generator of the dropout masks; reseed it for a repeatable training-mode call.
   Generator& generator() { return generator_; }
@@ -66,9 +91,48 @@ class DotProductAttention : public Module {
   void visit_parameters(Visit&&) const {}
 
  private:
+  static void check(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
+                    const Mask& mask, const char* where) {
+    detail::require_same_dim(queries, keys, 0, where, "queries", "keys", "batch size");
+    detail::require_same_dim(keys, values, 0, where, "keys", "values", "batch size");
+    detail::require_same_dim(queries, keys, 2, where, "queries", "keys", "feature size");
+    detail::require_same_dim(keys, values, 1, where, "keys", "values", "number of steps");
+    detail::require(queries.dimension(2) >= 1, where, ": queries must have at least 1 feature, got shape ",
+                    detail::shape_string(queries.dimensions()));
+    mask.require_shape(queries.dimension(0), queries.dimension(1), keys.dimension(1), where);
+  }
+
+  bool takes_tiled(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, bool dropout_active) const {
+    return detail::takes_tiled_path<Scalar>(path_, dropout_active,
+                                            queries.dimension(0) * queries.dimension(1) * keys.dimension(1));
+  }
+
+  // The forward pass on checked arguments. weights: where the direct path keeps them, or null (the workspace's are
+  // used); generator: dropout's, or null; tiled: the path.
+  Tensor3<Scalar> run(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
+                      const Mask& mask, AttentionWorkspace<Scalar>& ws, Tensor3<Scalar>* weights, Generator* generator,
+                      bool tiled) const {
+    const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
+    Tensor3<Scalar> output(batch, num_queries, values.dimension(2));  // (batch, q, v)
+    if (tiled) {
+      detail::flash_attention_heads<Scalar>(detail::as_matrix(queries), detail::as_matrix(keys),
+                                            detail::as_matrix(values), batch, num_queries, num_keys, 1, mask,
+                                            detail::as_matrix(output), ws.tiles);
+    } else {
+      detail::scaled_dot_product_heads<Scalar>(detail::as_matrix(queries), detail::as_matrix(keys),
+                                               detail::as_matrix(values), batch, num_queries, num_keys, 1, mask,
+                                               weights != nullptr ? *weights : ws.weights, detail::as_matrix(output),
+                                               dropout_, generator);
+    }
+    return output;
+  }
+
   Scalar dropout_;
   Generator generator_;
+  AttentionPath path_ = AttentionPath::automatic;
   Tensor3<Scalar> attention_weights_;  // (batch, q, k)
+  bool last_call_tiled_ = false;       // so attention_weights_ is empty, not the weights of the last call
+  AttentionWorkspace<Scalar> workspace_;
 };
 
 }  // namespace attend

@@ -30,6 +30,38 @@ constexpr Scalar exp_underflow() {
   return std::is_same<Scalar, float>::value ? Scalar(-87.33654) : Scalar(-708.3964185322641);
 }
 
+// exp(x), with 0 where x < exp_underflow , for the scalar rescaling factors.
+template <class Scalar>
+Scalar flushed_exp(Scalar x) {
+  return x < exp_underflow<Scalar>() ? Scalar(0) : std::exp(x);
+}
+
+// row[j] = exp(row[j] - m), flushed to 0 where row[j] - m < exp_underflow; returns the sum of the new row[j].
+// row: (n), contiguous. One pass over Eigen's packets (its vectorised exp); Eigen 3.4's select() has no packet path,
+// so the same expression written with arrays would call std::exp element by element, several times slower.
+template <class Scalar>
+Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
+  namespace ei = Eigen::internal;
+  using Packet = typename ei::packet_traits<Scalar>::type;
+  constexpr Index size = ei::packet_traits<Scalar>::size;
+  const Packet shift = ei::pset1<Packet>(m), underflow = ei::pset1<Packet>(exp_underflow<Scalar>());
+  const Packet zero = ei::pset1<Packet>(Scalar(0));
+  Packet sum = zero;
+  Index j = 0;
+  for (; j + size <= n; j += size) {
+    const Packet x = ei::psub(ei::ploadu<Packet>(row + j), shift);
+    const Packet e = ei::pselect(ei::pcmp_lt(x, underflow), zero, ei::pexp(x));
+    ei::pstoreu(row + j, e);
+    sum = ei::padd(sum, e);
+  }
+  Scalar total = ei::predux(sum);
+  for (; j < n; ++j) {
+    row[j] = flushed_exp(row[j] - m);
+    total += row[j];
+  }
+  return total;
+}
+
 // One row of scores, in place:
 //   0. keys >= prefix are replaced by -1e6; with a keep row, so are the keys j < prefix where keep[j] is false;
 //      if no key is left and rule is FullyMasked::zero, the row becomes 0 and we stop;
@@ -57,9 +89,7 @@ void masked_softmax_row(Scalar* row, Index num_keys, Index prefix, const bool* k
     return;
   }
   const Scalar m = r.maxCoeff();
-  r -= m;
-  r = (r < exp_underflow<Scalar>()).select(Scalar(0), r.exp());
-  r /= r.sum();
+  r *= Scalar(1) / exp_shifted(row, num_keys, m);
 }
 
 // Every row of a (queries, keys) block of scores, in place; the block belongs to batch row b of the mask.

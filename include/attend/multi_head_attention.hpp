@@ -10,12 +10,22 @@
 // lengths, causal, a keep tensor row; see mask.hpp) applies to all its heads (d2l's repeat_interleave);
 // attention_weights() row b * num_heads + h is head h of row b.
 //
+// Two paths compute the heads (attention_path.hpp): the direct one above, which keeps the weights, and a tiled
+// online-softmax kernel that forms none, taken automatically in evaluation mode when the weights would not fit the
+// cache budget; set_path() chooses explicitly. operator() reuses a workspace of its own, so a call with the shapes of
+// the previous one allocates only its output (and, on the direct path, nothing new for its weights). forward() is
+// the const, reentrant evaluation-mode pass: any number of threads may call it at once on one module, as long as
+// none modifies the module meanwhile (operator(), train(), eval(), set_path(), weight(), load_state_dict()).
+//
 // state_dict() uses d2l's names: W_q.weight, W_q.bias (when bias is on), W_k.*, W_v.*, W_o.*. A PyTorch
 // nn.MultiheadAttention's state dict, whose names differ, converts with multi_head_attention_from_torch
 // (from_torch.hpp).
 #pragma once
 
+#include <attend/attention_path.hpp>
 #include <attend/detail/attend_rows.hpp>
+#include <attend/detail/flash_attention.hpp>
+#include <attend/detail/project_rows.hpp>
 #include <attend/linear.hpp>
 #include <attend/mask.hpp>
 #include <attend/module.hpp>
@@ -23,6 +33,9 @@
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <attend/valid_lens.hpp>
+#include <attend/workspace.hpp>
+
+#include <stdexcept>
 
 namespace attend {
 
@@ -43,42 +56,36 @@ class MultiHeadAttention : public Module {
   // queries (batch, q, query_size), keys (batch, k, key_size), values (batch, k, value_size)
   //   -> (batch, q, num_hiddens)
   // mask: none; valid lengths (batch,) or (batch, q); or any Mask, keep tensor (batch or 1, q, k); batch row b's mask
-  // applies to all its heads
+  // applies to all its heads. Dropout in training mode; the weights kept when the call takes the direct path.
   Tensor3<Scalar> operator()(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
                              const Mask& mask = {}) {
-    constexpr const char* where = "MultiHeadAttention";
-    W_q_.require_parameters("MultiHeadAttention W_q");
-    W_k_.require_parameters("MultiHeadAttention W_k");
-    W_v_.require_parameters("MultiHeadAttention W_v");
-    W_o_.require_parameters("MultiHeadAttention W_o");
-    detail::require_dim(queries, 2, W_q_.in_features(), where, "queries", "features (query_size)");
-    detail::require_dim(keys, 2, W_k_.in_features(), where, "keys", "features (key_size)");
-    detail::require_dim(values, 2, W_v_.in_features(), where, "values", "features (value_size)");
-    detail::require_same_dim(queries, keys, 0, where, "queries", "keys", "batch size");
-    detail::require_same_dim(keys, values, 0, where, "keys", "values", "batch size");
-    detail::require_same_dim(keys, values, 1, where, "keys", "values", "number of steps");
-    const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
-    const Index num_hiddens = W_o_.out_features();
-    mask.require_shape(batch, num_queries, num_keys, where);
-
-    Matrix<Scalar> Q(batch * num_queries, num_hiddens);  // (batch * q, num_hiddens)
-    Matrix<Scalar> K(batch * num_keys, num_hiddens);     // (batch * k, num_hiddens)
-    Matrix<Scalar> V(batch * num_keys, num_hiddens);     // (batch * k, num_hiddens)
-    W_q_.apply(detail::as_matrix(queries), Q);
-    W_k_.apply(detail::as_matrix(keys), K);
-    W_v_.apply(detail::as_matrix(values), V);
-
-    Matrix<Scalar> heads(batch * num_queries, num_hiddens);  // (batch * q, num_heads * d): concatenated heads
-    Tensor3<Scalar> weights;                                 // (batch * num_heads, q, k)
+    check(queries, keys, values, mask, "MultiHeadAttention");
     const bool drop = is_training() && dropout_ > Scalar(0);
-    detail::scaled_dot_product_heads<Scalar>(Q, K, V, batch, num_queries, num_keys, num_heads_, mask, weights, heads,
-                                             dropout_, drop ? &generator_ : nullptr);
-
-    Tensor3<Scalar> output(batch, num_queries, num_hiddens);  // (batch, q, num_hiddens)
-    W_o_.apply(heads, detail::as_matrix(output));
-    attention_weights_ = std::move(weights);
+    const bool tiled = takes_tiled(queries, keys, drop);
+    Tensor3<Scalar> output = run(queries, keys, values, mask, workspace_, tiled ? nullptr : &attention_weights_,
+                                 drop ? &generator_ : nullptr, tiled);
+    if (tiled) attention_weights_ = Tensor3<Scalar>();  // the previous call's weights are not this call's
+    last_call_tiled_ = tiled;
     return output;
   }
+
+  // The evaluation-mode output, whatever is_training(): no dropout, no weights kept, nothing in the module changed.
+  // Safe to call from many threads at once (see the top of this file); same arguments and result as operator().
+  Tensor3<Scalar> forward(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
+                          const Mask& mask = {}) const {
+    AttentionWorkspace<Scalar> workspace;
+    return forward(queries, keys, values, mask, workspace);
+  }
+  // The same, with the caller's workspace (one per thread): repeated calls of one shape allocate only the output.
+  Tensor3<Scalar> forward(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
+                          const Mask& mask, AttentionWorkspace<Scalar>& workspace) const {
+    check(queries, keys, values, mask, "MultiHeadAttention::forward");
+    return run(queries, keys, values, mask, workspace, nullptr, nullptr, takes_tiled(queries, keys, false));
+  }
+
+  // Which implementation computes the heads: automatic (default), direct or tiled; see attention_path.hpp.
+  void set_path(AttentionPath path) { path_ = detail::checked_path(path, "MultiHeadAttention::set_path"); }
+  AttentionPath path() const { return path_; }
 
   Linear<Scalar>& W_q() { return W_q_; }  // (num_hiddens, query_size)
   Linear<Scalar>& W_k() { return W_k_; }  // (num_hiddens, key_size)
@@ -89,7 +96,14 @@ class MultiHeadAttention : public Module {
   Scalar dropout() const { return dropout_; }
   Generator& generator() { return generator_; }
   // (batch * num_heads, q, k) of the last call, before dropout; row b * num_heads + h is head h of batch row b.
-  const Tensor3<Scalar>& attention_weights() const { return attention_weights_; }
+  // Empty before the first call; throws std::logic_error after a call that took the tiled path, which forms none.
+  const Tensor3<Scalar>& attention_weights() const {
+    if (last_call_tiled_)
+      throw std::logic_error(
+          "MultiHeadAttention::attention_weights: the last call took the tiled path, which forms no weights; "
+          "set_path(AttentionPath::direct) keeps them");
+    return attention_weights_;
+  }
 
   // W_q.weight (num_hiddens, query_size), W_q.bias (num_hiddens) when bias is on, then W_k, W_v and W_o alike;
   // see state_dict.hpp.
@@ -112,6 +126,62 @@ class MultiHeadAttention : public Module {
   }
 
  private:
+  void check(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
+             const Mask& mask, const char* where) const {
+    W_q_.require_parameters("MultiHeadAttention W_q");
+    W_k_.require_parameters("MultiHeadAttention W_k");
+    W_v_.require_parameters("MultiHeadAttention W_v");
+    W_o_.require_parameters("MultiHeadAttention W_o");
+    detail::require_dim(queries, 2, W_q_.in_features(), where, "queries", "features (query_size)");
+    detail::require_dim(keys, 2, W_k_.in_features(), where, "keys", "features (key_size)");
+    detail::require_dim(values, 2, W_v_.in_features(), where, "values", "features (value_size)");
+    detail::require_same_dim(queries, keys, 0, where, "queries", "keys", "batch size");
+    detail::require_same_dim(keys, values, 0, where, "keys", "values", "batch size");
+    detail::require_same_dim(keys, values, 1, where, "keys", "values", "number of steps");
+    mask.require_shape(queries.dimension(0), queries.dimension(1), keys.dimension(1), where);
+  }
+
+  bool takes_tiled(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, bool dropout_active) const {
+    return detail::takes_tiled_path<Scalar>(path_, dropout_active,
+                                            queries.dimension(0) * num_heads_ * queries.dimension(1) * keys.dimension(1));
+  }
+
+  // The forward pass on checked arguments. weights: where the direct path keeps them, or null (the workspace's are
+  // used); generator: dropout's, or null; tiled: the path.
+  Tensor3<Scalar> run(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
+                      const Mask& mask, AttentionWorkspace<Scalar>& ws, Tensor3<Scalar>* weights, Generator* generator,
+                      bool tiled) const {
+    const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
+    const Index num_hiddens = W_o_.out_features();
+    const auto bias = [](const Linear<Scalar>& linear) { return linear.has_bias() ? linear.bias().data() : nullptr; };
+    ws.Q.resize(batch * num_queries, num_hiddens);  // (batch * q, num_hiddens)
+    ws.K.resize(batch * num_keys, num_hiddens);     // (batch * k, num_hiddens)
+    ws.V.resize(batch * num_keys, num_hiddens);     // (batch * k, num_hiddens)
+    if (&queries == &keys && &keys == &values) {    // self-attention: one pass over X for Q, K and V
+      detail::project_rows<Scalar>(detail::as_matrix(queries), {{&W_q_.weight(), bias(W_q_), ws.Q.data()},
+                                                                {&W_k_.weight(), bias(W_k_), ws.K.data()},
+                                                                {&W_v_.weight(), bias(W_v_), ws.V.data()}});
+    } else {
+      detail::project_rows<Scalar>(detail::as_matrix(queries), {{&W_q_.weight(), bias(W_q_), ws.Q.data()}});
+      detail::project_rows<Scalar>(detail::as_matrix(keys), {{&W_k_.weight(), bias(W_k_), ws.K.data()}});
+      detail::project_rows<Scalar>(detail::as_matrix(values), {{&W_v_.weight(), bias(W_v_), ws.V.data()}});
+    }
+
+    ws.heads.resize(batch * num_queries, num_hiddens);  // (batch * q, num_heads * d): concatenated heads
+    if (tiled) {
+      detail::flash_attention_heads<Scalar>(ws.Q, ws.K, ws.V, batch, num_queries, num_keys, num_heads_, mask,
+                                            ws.heads, ws.tiles);
+    } else {
+      detail::scaled_dot_product_heads<Scalar>(ws.Q, ws.K, ws.V, batch, num_queries, num_keys, num_heads_, mask,
+                                               weights != nullptr ? *weights : ws.weights, ws.heads, dropout_,
+                                               generator);
+    }
+
+    Tensor3<Scalar> output(batch, num_queries, num_hiddens);  // (batch, q, num_hiddens)
+    detail::project_rows<Scalar>(ws.heads, {{&W_o_.weight(), bias(W_o_), output.data()}});
+    return output;
+  }
+
   template <class Self, class Visit>
   static void visit_parameters_of(Self& self, Visit& visit) {
     self.W_q_.visit_parameters(detail::prefixed("W_q.", visit));
@@ -143,7 +213,10 @@ class MultiHeadAttention : public Module {
   Linear<Scalar> W_v_;
   Linear<Scalar> W_o_;
   Generator generator_;
+  AttentionPath path_ = AttentionPath::automatic;
   Tensor3<Scalar> attention_weights_;  // (batch * num_heads, q, k)
+  bool last_call_tiled_ = false;       // so attention_weights_ is empty, not the weights of the last call
+  AttentionWorkspace<Scalar> workspace_;
 };
 
 }  // namespace attend

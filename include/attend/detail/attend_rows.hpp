@@ -16,6 +16,7 @@
 #include <attend/masked_softmax.hpp>
 #include <attend/random.hpp>
 #include <attend/tensor.hpp>
+#include <attend/threads.hpp>
 
 namespace attend {
 namespace detail {
@@ -36,6 +37,9 @@ void attend_rows(Eigen::MatrixBase<Scores>& scores, const Mask& mask, Index b, c
   }
 }
 
+// Below this many multiply-adds (queries * keys * d) a head's products are evaluated coefficient by coefficient.
+constexpr Index tiny_product = 16 * 16 * 32;
+
 // Scaled dot-product attention for every batch row and head, on projected rows:
 //   Q: (batch * num_queries, num_heads * d)   K: (batch * num_keys, num_heads * d)
 //   V: (batch * num_keys, num_heads * dv)     output: (batch * num_queries, num_heads * dv)
@@ -54,16 +58,36 @@ void scaled_dot_product_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const E
     output.setZero();
     return;
   }
-  for (Index b = 0; b < batch; ++b) {
-    for (Index h = 0; h < num_heads; ++h) {
-      const auto Qh = Q.block(b * num_queries, h * d, num_queries, d);    // (queries, d), a strided view
-      const auto Kh = K.block(b * num_keys, h * d, num_keys, d);          // (keys, d)
-      const auto Vh = V.block(b * num_keys, h * dv, num_keys, dv);        // (keys, dv)
-      auto scores = slice(weights, b * num_heads + h);                    // (queries, keys)
-      auto out = output.block(b * num_queries, h * dv, num_queries, dv);  // (queries, dv)
+  // One (batch row, head) pair: its own slice of the weights and its own columns of the output.
+  const auto pair = [&](Index bh) {
+    const Index b = bh / num_heads, h = bh % num_heads;
+    const auto Qh = Q.block(b * num_queries, h * d, num_queries, d);    // (queries, d), a strided view
+    const auto Kh = K.block(b * num_keys, h * d, num_keys, d);          // (keys, d)
+    const auto Vh = V.block(b * num_keys, h * dv, num_keys, dv);        // (keys, dv)
+    auto scores = slice(weights, bh);                                   // (queries, keys)
+    auto out = output.block(b * num_queries, h * dv, num_queries, dv);  // (queries, dv)
+    if (num_queries * num_keys * d <= tiny_product) {  // Eigen's GEMM costs more to set up than to run
+      scores.noalias() = scale * Qh.lazyProduct(Kh.transpose());
+    } else {
       scores.noalias() = scale * (Qh * Kh.transpose());
-      attend_rows(scores, mask, b, Vh, out, dropout, generator);
     }
+    masked_softmax_block(scores, mask, b);
+    if (generator != nullptr) {
+      Matrix<Scalar> dropped = scores;  // (queries, keys); the kept weights are those before dropout
+      dropout_inplace(dropped, dropout, *generator);
+      out.noalias() = dropped * Vh;
+    } else if (num_queries * num_keys * dv <= tiny_product) {
+      out.noalias() = scores.lazyProduct(Vh);
+    } else {
+      out.noalias() = scores * Vh;
+    }
+  };
+  // Dropout draws from one generator in (batch row, head) order: serial. Otherwise the pairs are independent, each
+  // computed by one thread whatever their number.
+  if (generator != nullptr) {
+    for (Index bh = 0; bh < batch * num_heads; ++bh) pair(bh);
+  } else {
+    parallel_for(batch * num_heads, [&](Index bh, int) { pair(bh); });
   }
 }
 

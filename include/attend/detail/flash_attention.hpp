@@ -58,15 +58,12 @@
 #include <attend/mask.hpp>
 #include <attend/masked_softmax.hpp>
 #include <attend/tensor.hpp>
+#include <attend/threads.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace attend {
 namespace detail {
@@ -83,19 +80,22 @@ constexpr FlashBlocks flash_blocks() {
   return sizeof(Scalar) <= 4 ? FlashBlocks{128, 256} : FlashBlocks{128, 128};
 }
 
-// One thread's buffers, sized once for the largest work item.
+// One thread's buffers, sized for the largest work item; resize() reallocates only when a size changes, so a
+// workspace kept across calls of the same shape allocates nothing.
 template <class Scalar>
 struct FlashWorkspace {
-  FlashWorkspace(FlashBlocks blocks, Index d, Index dv)
-      : Qs(blocks.query_rows, d),
-        S(blocks.query_rows, blocks.key_rows),
-        O(blocks.query_rows, dv),
-        m(blocks.query_rows),
-        l(blocks.query_rows),
-        mean(dv),
-        first(static_cast<std::size_t>(blocks.query_rows)),
-        last(static_cast<std::size_t>(blocks.query_rows)),
-        keep(static_cast<std::size_t>(blocks.query_rows)) {}
+  void resize(FlashBlocks blocks, Index d, Index dv) {
+    const auto rows = static_cast<std::size_t>(blocks.query_rows);
+    Qs.resize(blocks.query_rows, d);
+    S.resize(blocks.query_rows, blocks.key_rows);
+    O.resize(blocks.query_rows, dv);
+    m.resize(blocks.query_rows);
+    l.resize(blocks.query_rows);
+    mean.resize(dv);
+    first.resize(rows);
+    last.resize(rows);
+    keep.resize(rows);
+  }
 
   Matrix<Scalar> Qs;                // (Br, d): the query block, scaled by 1 / sqrt(d)
   Matrix<Scalar> S;                 // (Br, Bc): scores, then unnormalised probabilities
@@ -106,38 +106,6 @@ struct FlashWorkspace {
   std::vector<Index> first, last;   // (Br): each row's visible keys lie in [first, last); first == last: none
   std::vector<const bool*> keep;    // (Br): each row's keep row (num_keys), or null
 };
-
-// exp(x), with 0 where x < exp_underflow (as masked_softmax_row), for the scalar rescaling factors.
-template <class Scalar>
-Scalar flushed_exp(Scalar x) {
-  return x < exp_underflow<Scalar>() ? Scalar(0) : std::exp(x);
-}
-
-// row[j] = exp(row[j] - m), flushed to 0 where row[j] - m < exp_underflow; returns the sum of the new row[j].
-// row: (n), contiguous. One pass over Eigen's packets (its vectorised exp); Eigen 3.4's select() has no packet path,
-// so the same expression written with arrays would call std::exp element by element, several times slower.
-template <class Scalar>
-Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
-  namespace ei = Eigen::internal;
-  using Packet = typename ei::packet_traits<Scalar>::type;
-  constexpr Index size = ei::packet_traits<Scalar>::size;
-  const Packet shift = ei::pset1<Packet>(m), underflow = ei::pset1<Packet>(exp_underflow<Scalar>());
-  const Packet zero = ei::pset1<Packet>(Scalar(0));
-  Packet sum = zero;
-  Index j = 0;
-  for (; j + size <= n; j += size) {
-    const Packet x = ei::psub(ei::ploadu<Packet>(row + j), shift);
-    const Packet e = ei::pselect(ei::pcmp_lt(x, underflow), zero, ei::pexp(x));
-    ei::pstoreu(row + j, e);
-    sum = ei::padd(sum, e);
-  }
-  Scalar total = ei::predux(sum);
-  for (; j < n; ++j) {
-    row[j] = flushed_exp(row[j] - m);
-    total += row[j];
-  }
-  return total;
-}
 
 // One work item: rows q0 .. q0 + br - 1 of head h of batch row b. Every argument as flash_attention_heads.
 template <class Scalar>
@@ -247,49 +215,49 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
 // Scaled dot-product attention for every batch row and head, tiled; see the top of this file.
 //   Q: (batch * num_queries, num_heads * d)   K: (batch * num_keys, num_heads * d)
 //   V: (batch * num_keys, num_heads * dv)     output: (batch * num_queries, num_heads * dv), every element written
-// The mask is indexed by batch row, its shape checked by the caller (Mask::require_shape); blocks: tile sizes, both
-// at least 1.
+// The mask is indexed by batch row, its shape checked by the caller (Mask::require_shape); spaces: one workspace per
+// thread, resized here (kept by the caller across calls, they make a call allocation-free); blocks: tile sizes,
+// both at least 1.
 template <class Scalar>
 void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eigen::Ref<const Matrix<Scalar>>& K,
                            const Eigen::Ref<const Matrix<Scalar>>& V, Index batch, Index num_queries, Index num_keys,
                            Index num_heads, const Mask& mask, Eigen::Ref<Matrix<Scalar>> output,
-                           FlashBlocks blocks = flash_blocks<Scalar>()) {
+                           std::vector<FlashWorkspace<Scalar>>& spaces, FlashBlocks blocks = flash_blocks<Scalar>()) {
   eigen_assert(blocks.query_rows >= 1 && blocks.key_rows >= 1 && num_heads >= 1);
   eigen_assert(Q.rows() == batch * num_queries && K.rows() == batch * num_keys && V.rows() == K.rows());
   eigen_assert(Q.cols() % num_heads == 0 && Q.cols() == K.cols() && V.cols() % num_heads == 0);
   eigen_assert(output.rows() == Q.rows() && output.cols() == V.cols());
   const Index d = Q.cols() / num_heads, dv = V.cols() / num_heads;
-  // No tile larger than the problem: a short sequence gets a small workspace (no large allocation per call).
+  // No tile larger than the problem: a short sequence gets a small workspace.
   blocks = {std::min(blocks.query_rows, std::max(num_queries, Index(1))),
             std::min(blocks.key_rows, std::max(num_keys, Index(1)))};
   const Index query_blocks = (num_queries + blocks.query_rows - 1) / blocks.query_rows;
   const Index items = batch * num_heads * query_blocks;  // item = (b * num_heads + h) * query_blocks + block
-  const auto run = [&](FlashWorkspace<Scalar>& ws, Index item) {
-    const Index qb = item % query_blocks, bh = item / query_blocks;
-    const Index q0 = qb * blocks.query_rows;
-    flash_attention_block<Scalar>(Q, K, V, num_queries, num_keys, bh / num_heads, bh % num_heads, q0,
-                                  std::min(blocks.query_rows, num_queries - q0), mask, output, blocks, ws);
-  };
   if (items == 0) return;
   if (num_keys == 0) {  // a sum over no keys; and no view of the empty K and V may be taken (null data)
     output.setZero();
     return;
   }
-  // One workspace per thread, allocated here so that running out of memory throws instead of ending the program
-  // inside a parallel region.
-#ifdef _OPENMP
-  std::vector<FlashWorkspace<Scalar>> spaces(static_cast<std::size_t>(omp_get_max_threads()),
-                                             FlashWorkspace<Scalar>(blocks, d, dv));
-#pragma omp parallel
-  {
-    FlashWorkspace<Scalar>& ws = spaces[static_cast<std::size_t>(omp_get_thread_num())];
-#pragma omp for schedule(dynamic, 1)
-    for (Index item = 0; item < items; ++item) run(ws, item);
-  }
-#else
-  FlashWorkspace<Scalar> ws(blocks, d, dv);
-  for (Index item = 0; item < items; ++item) run(ws, item);
-#endif
+  // Sized before the parallel region, so that running out of memory throws instead of ending the program there.
+  spaces.resize(static_cast<std::size_t>(num_threads()));
+  for (FlashWorkspace<Scalar>& ws : spaces) ws.resize(blocks, d, dv);
+  parallel_for(items, [&](Index item, int thread) {
+    const Index qb = item % query_blocks, bh = item / query_blocks;
+    const Index q0 = qb * blocks.query_rows;
+    flash_attention_block<Scalar>(Q, K, V, num_queries, num_keys, bh / num_heads, bh % num_heads, q0,
+                                  std::min(blocks.query_rows, num_queries - q0), mask, output, blocks,
+                                  spaces[static_cast<std::size_t>(thread)]);
+  });
+}
+
+// The same with workspaces of its own, allocated for this call.
+template <class Scalar>
+void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eigen::Ref<const Matrix<Scalar>>& K,
+                           const Eigen::Ref<const Matrix<Scalar>>& V, Index batch, Index num_queries, Index num_keys,
+                           Index num_heads, const Mask& mask, Eigen::Ref<Matrix<Scalar>> output,
+                           FlashBlocks blocks = flash_blocks<Scalar>()) {
+  std::vector<FlashWorkspace<Scalar>> spaces;
+  flash_attention_heads<Scalar>(Q, K, V, batch, num_queries, num_keys, num_heads, mask, output, spaces, blocks);
 }
 
 }  // namespace detail

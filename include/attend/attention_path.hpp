@@ -1,0 +1,60 @@
+// attend/attention_path.hpp — which of the two implementations of scaled dot-product attention a module runs.
+//
+//   direct  the seed's computation: the (batch * heads, queries, keys) scores, a masked softmax over each row, then
+//           weights @ values. It keeps the weights (attention_weights()) and applies dropout to them in training.
+//   tiled   the online-softmax kernel of detail/flash_attention.hpp: blocks of keys streamed past blocks of queries,
+//           memory O(queries + keys) per thread instead of O(queries * keys), no weights formed. Evaluation only:
+//           with dropout active (training mode, p > 0) a module takes the direct path, which dropout needs.
+//   automatic (the default) tiled when the weights of the whole call would take more than direct_weights_budget
+//           bytes (a core's L2 cache here) and dropout is not active; direct otherwise. Small calls, the seed's
+//           among them, keep their weights; large ones neither store nor compute an n^2 tensor.
+//
+// After a call that took the tiled path, a module's attention_weights() throws std::logic_error (there are none);
+// set_path(AttentionPath::direct) keeps them at any size. Both paths agree to rounding (tests/test_flash_attention.cpp,
+// tests/test_attention_path.cpp): within 1e-5 relative in float and 1e-12 in double.
+#pragma once
+
+#include <attend/tensor.hpp>
+
+#include <cstddef>
+#include <ostream>
+
+namespace attend {
+
+enum class AttentionPath { automatic, direct, tiled };
+
+inline std::ostream& operator<<(std::ostream& out, AttentionPath path) {
+  switch (path) {
+    case AttentionPath::automatic: return out << "automatic";
+    case AttentionPath::direct: return out << "direct";
+    case AttentionPath::tiled: return out << "tiled";
+  }
+  return out << "AttentionPath(" << static_cast<int>(path) << ")";
+}
+
+namespace detail {
+
+// automatic's threshold: the bytes of one call's (batch * heads, queries, keys) weights (1 MiB, about one core's L2).
+constexpr double direct_weights_budget = 1 << 20;
+
+// True when a call should run the tiled kernel. weights: the number of elements the direct path would form.
+template <class Scalar>
+bool takes_tiled_path(AttentionPath path, bool dropout_active, Index weights) {
+  if (dropout_active) return false;
+  switch (path) {
+    case AttentionPath::direct: return false;
+    case AttentionPath::tiled: return true;
+    case AttentionPath::automatic: break;
+  }
+  return static_cast<double>(weights) * sizeof(Scalar) > direct_weights_budget;
+}
+
+// Checks a path given by a caller (an enum may hold any integer).
+inline AttentionPath checked_path(AttentionPath path, const char* where) {
+  require(path == AttentionPath::automatic || path == AttentionPath::direct || path == AttentionPath::tiled, where,
+          ": path must be AttentionPath::automatic, direct or tiled, got AttentionPath(", static_cast<int>(path), ")");
+  return path;
+}
+
+}  // namespace detail
+}  // namespace attend

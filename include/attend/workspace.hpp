@@ -1,0 +1,24 @@
+// attend/workspace.hpp — buffers that a forward pass reuses from one call to the next.
+//
+// A module's operator() keeps one of its own, so that a call with the shapes of the previous one allocates only its
+// output. The const forward(..., workspace) takes one from the caller instead: one workspace per calling thread
+// makes repeated calls from many threads allocation-free. Its contents between calls mean nothing; it holds no
+// state of the module, and may move between modules of the same Scalar.
+#pragma once
+
+#include <attend/detail/flash_attention.hpp>
+#include <attend/tensor.hpp>
+
+#include <vector>
+
+namespace attend {
+
+template <class Scalar>
+struct AttentionWorkspace {
+  Matrix<Scalar> Q, K, V;    // projections: (batch * q, hiddens), (batch * k, hiddens), (batch * k, hiddens)
+  Matrix<Scalar> heads;      // (batch * q, hiddens): concatenated head outputs, before W_o
+  Tensor3<Scalar> weights;   // (batch * heads, q, k): the direct path's weights, when the caller keeps none
+  std::vector<detail::FlashWorkspace<Scalar>> tiles;  // the tiled kernel's, one per thread
+};
+
+}  // namespace attend
