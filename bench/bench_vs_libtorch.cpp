@@ -1,32 +1,76 @@
-// Is attend's multi-head self-attention faster than libtorch's, on one core, in float, in evaluation mode?
+// Is attend faster than libtorch on this machine? Multi-head self-attention, RNN and Conv1d in float, evaluation
+// mode, on the same weights and inputs, with the same number of threads, in one process.
 //
-//   ./build/bench/bench_vs_libtorch --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//   ./build/bench/bench_vs_libtorch                                    the whole sweep at 1 and 2 threads
+//   ./build/bench/bench_vs_libtorch --threads=1 --max-n=512 --rounds=3 --min-time=0.05    a short run
+//   env -u OPENBLAS_CORETYPE ./build/bench/bench_vs_libtorch --csv=vs_libtorch.csv        the reference run
+//   ./build/bench/bench_vs_libtorch_blas ...    the same program with EIGEN_USE_BLAS: attend's products on OpenBLAS
 //
-// The same weights and inputs (batch, n, d) with h heads, bias off, no mask, through four forward passes:
-//   attend_direct  attend::MultiHeadAttention: projections, the (batch * h, n, n) weights, W_o (the d2l route)
-//   attend_tiled   the same projections and W_o (Linear::apply) around detail::flash_attention_heads, the tiled
-//                  online-softmax kernel: no (n, n) matrix
+// Options (all optional):
+//   --threads=1,2       thread counts to run at, in this order
+//   --rounds=5          alternating rounds per shape; every time printed is the median over the rounds
+//   --min-time=0.1      seconds of calls per contender per round (at least one call)
+//   --max-n=8192        leave out the attention shapes with a longer sequence
+//   --parts=attention,rnn,conv1d      which comparisons to run (the sgemm ceiling always runs)
+//   --attend-openblas-threads=N       OpenBLAS's threads during attend's calls; 0: the --threads count. Default 1 in
+//                                     the _blas program when attend has OpenMP, else 0 (see Threads below)
+//   --csv=FILE --json=FILE            also write the results there (CSV: one row per measurement, for
+//                                     plot_vs_libtorch.gp; JSON: the same with the configuration and every round)
+//
+// Multi-head self-attention on X (batch, n, d) with h heads, bias off, no mask, five contenders:
+//   attend         attend::MultiHeadAttention<float> in eval mode, operator()(X, X, X): the public module as a user
+//                  gets it, AttentionPath::automatic (the path it took is printed: direct or tiled)
+//   attend_direct  the same module and weights with set_path(AttentionPath::direct): the (batch * h, n, n) weights
+//   attend_tiled   the same with set_path(AttentionPath::tiled): the online-softmax kernel, no (n, n) matrix
 //   torch_mha      torch::nn::MultiheadAttention (in_proj_weight = [W_q; W_k; W_v], out_proj = W_o, bias off), on
 //                  its native (n, batch, d) layout, need_weights = false
-//   torch_fused    at::_native_multi_head_attention, the fused kernel behind nn.MultiheadAttention's fast path, on
-//                  (batch, n, d); it requires biases: zeros
-// plus a machine ceiling measured in the same run: single-core sgemm 1024^3 by Eigen and by OpenBLAS (cblas_sgemm).
-// Every thread count is 1: this target is built without OpenMP, so Eigen is serial; torch::set_num_threads(1)
-// and openblas_set_num_threads(1) (libtorch's GEMMs are OpenBLAS's here). OPENBLAS_CORETYPE is read and printed,
-// never set: it chooses OpenBLAS's kernels at load time (Haswell = AVX2).
+//   torch_fused    at::_native_multi_head_attention, the fused kernel behind Python's nn.MultiheadAttention fast
+//                  path, on (batch, n, d); it requires biases: zeros
+// FLOPs of one forward pass, counted as 2 per multiply-add of the products (softmax, scaling and biases not counted):
+//   4 projections (Q, K, V, output)   4 x (batch n, d) x (d, d)                   8 b n d^2
+//   scores Q K^T, every head          b h x (n, d/h) x (d/h, n)                   2 b n^2 d
+//   weights @ V, every head           b h x (n, n) x (n, d/h)                     2 b n^2 d
+//   total                                                                        8 b n d^2 + 4 b n^2 d
+// RNN: attend::RNN vs torch::nn::RNN (tanh, one layer, batch_first), every h_t returned; FLOPs 2 x
+//   RNN::multiply_adds = 2 (b s h i + b (s - 1) h^2) (h_0 = 0: the first step has no recurrent product).
+// Conv1d: attend::Conv1d vs torch::nn::Conv1d (padding 'same', stride 1, bias); attend on (batch, steps, channels),
+//   torch on its native (batch, channels, steps), converted outside the timing; FLOPs 2 b s out in k.
+// The ceiling: sgemm C = A B, all (1024, 1024) float, by OpenBLAS (cblas_sgemm) and by Eigen (in the _blas program
+//   Eigen's product is OpenBLAS's sgemm too), at each thread count, at the start of it and again at its end (the
+//   second figure shows whether the machine's load changed meanwhile). "% sgemm" is GFLOP/s over the faster start
+//   figure at the same thread count.
 //
-// FLOPs of one forward pass: 8 b n d^2 (four projections) + 4 b n^2 d (scores and weights @ V). The benchmarks of a
-// shape are registered next to each other and, unless the command line says otherwise, their repetitions are
-// randomly interleaved (--benchmark_enable_random_interleaving), so the machine's load falls on all of them alike.
-// After the runs a table gives, per shape, the median (or only) time of each, GFLOP/s, the share of the sgemm
-// ceiling, and torch's best time over attend's. Before them, attend's and libtorch's outputs are compared once.
-#include <attend/detail/flash_attention.hpp>
+// Method. Each contender runs once and its output is compared with libtorch's (the program stops if they disagree);
+// that call and one more are the warm-up, the second also sets how many calls make one timing (enough for
+// --min-time). Then --rounds rounds: each round times every contender of the shape once, in an order rotated by one
+// per round, so that none always runs first or right after the same other, and slow drifts of the machine's load fall
+// on all alike. The figure of a contender is its median seconds per call over the rounds. At more than one thread a
+// pause of 0.15 s precedes each timing: OpenBLAS's and OpenMP's worker threads spin for a while after their work, and
+// must not steal the next contender's cores.
+//
+// Threads. At each thread count t, t for everyone: at::set_num_threads(t) (libtorch's intra-op pool; OpenMP in
+// Debian's build), attend::set_num_threads(t) (attend's OpenMP loops: omp_set_num_threads and Eigen::setNbThreads; the
+// same OpenMP runtime as libtorch's), openblas_set_num_threads(t) (libtorch's GEMMs are OpenBLAS's here). One
+// exception, in the _blas program only: during attend's calls OpenBLAS runs on one thread (--attend-openblas-threads).
+// attend shares its work among its t OpenMP threads and each calls sgemm on its own piece; Debian's OpenBLAS is the
+// pthreads build, which does not see OpenMP's team and would spread each piece over its own t threads as well: more
+// threads than cores (the tiled path then runs several times slower at 2 threads; --attend-openblas-threads=0 shows
+// it).
+// OPENBLAS_CORETYPE and every other environment variable are read and printed, never set: OPENBLAS_CORETYPE chooses
+// OpenBLAS's kernels when the library loads (Haswell = AVX2; unset, OpenBLAS detects the CPU and, on this Xeon, takes
+// its AVX-512 SkylakeX kernels).
+#include <attend/attention_path.hpp>
+#include <attend/conv1d.hpp>
 #include <attend/linear.hpp>
 #include <attend/multi_head_attention.hpp>
 #include <attend/random.hpp>
+#include <attend/rnn.hpp>
 #include <attend/tensor.hpp>
+#include <attend/threads.hpp>
 
+#include <ATen/Version.h>
 #include <benchmark/benchmark.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #ifdef ATTEND_BENCH_OPENBLAS
@@ -34,13 +78,17 @@
 #endif
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <map>
+#include <fstream>
+#include <functional>
 #include <memory>
+#include <sstream>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -49,39 +97,399 @@ using attend::Index;
 using attend::Matrix;
 using attend::Tensor3;
 
-struct Shape {
-  Index batch, n, d, heads;
+// ---- what the command line chooses ------------------------------------------------------------------------------
+
+struct Options {
+  std::vector<int> threads{1, 2};
+  int rounds = 5;
+  double min_time = 0.1;  // seconds per contender per round
+  Index max_n = 8192;
+  bool attention = true, rnn = true, conv1d = true;
+  std::string csv, json;
+#ifdef EIGEN_USE_BLAS
+  int attend_openblas_threads = attend::has_openmp() ? 1 : 0;
+#else
+  int attend_openblas_threads = 0;
+#endif
 };
 
-// The shapes asked about: the seed's, a mid-size batch, and long sequences up to n = 8192.
-const Shape shapes[] = {{2, 4, 100, 5},    {8, 128, 256, 8},  {1, 1024, 256, 8},
-                        {1, 2048, 64, 1},  {1, 4096, 256, 8}, {1, 8192, 64, 1}};
-
-std::string shape_name(const Shape& s) {
-  return attend::detail::message("b", s.batch, "_n", s.n, "_d", s.d, "_h", s.heads);
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  std::stringstream stream(text);
+  for (std::string part; std::getline(stream, part, separator);)
+    if (!part.empty()) parts.push_back(part);
+  return parts;
 }
 
-double forward_flops(const Shape& s) {
-  const double b = s.batch, n = s.n, d = s.d;
-  return 8 * b * n * d * d + 4 * b * n * n * d;
+Options parse(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto equals = arg.find('=');
+    const std::string key = arg.substr(0, equals), value = equals == std::string::npos ? "" : arg.substr(equals + 1);
+    if (key == "--threads") {
+      options.threads.clear();
+      for (const std::string& t : split(value, ',')) options.threads.push_back(std::stoi(t));
+    } else if (key == "--rounds") {
+      options.rounds = std::stoi(value);
+    } else if (key == "--min-time") {
+      options.min_time = std::stod(value);
+    } else if (key == "--max-n") {
+      options.max_n = std::stol(value);
+    } else if (key == "--parts") {
+      options.attention = options.rnn = options.conv1d = false;
+      for (const std::string& part : split(value, ',')) {
+        if (part == "attention") options.attention = true;
+        else if (part == "rnn") options.rnn = true;
+        else if (part == "conv1d") options.conv1d = true;
+        else throw std::invalid_argument("--parts: unknown part '" + part + "' (attention, rnn, conv1d)");
+      }
+    } else if (key == "--attend-openblas-threads") {
+      options.attend_openblas_threads = std::stoi(value);
+    } else if (key == "--csv") {
+      options.csv = value;
+    } else if (key == "--json") {
+      options.json = value;
+    } else {
+      throw std::invalid_argument("unknown option '" + arg +
+                                  "'; options: --threads=1,2 --rounds=5 --min-time=0.1 --max-n=8192 "
+                                  "--parts=attention,rnn,conv1d --attend-openblas-threads=N --csv=FILE --json=FILE");
+    }
+  }
+  if (options.threads.empty() || options.rounds < 1 || options.min_time < 0 || options.attend_openblas_threads < 0)
+    throw std::invalid_argument(
+        "--threads needs at least one count, --rounds at least 1, --min-time and --attend-openblas-threads at least 0");
+  for (int t : options.threads)
+    if (t < 1) throw std::invalid_argument("--threads: every count must be at least 1");
+  return options;
 }
+
+// ---- configuration: threads, backend, OpenBLAS ---------------------------------------------------------------------
+
+#ifdef EIGEN_USE_BLAS
+constexpr const char* backend = "EIGEN_USE_BLAS (attend's large products call OpenBLAS's sgemm)";
+#else
+constexpr const char* backend = "Eigen's own GEMM kernels";
+#endif
+
+std::string environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? value : "(unset)";
+}
+
+// The line of libtorch's build summary that says which of its own vector kernels run (AVX2 or AVX512).
+std::string torch_cpu_capability() {
+  std::stringstream summary(at::show_config());
+  for (std::string line; std::getline(summary, line);) {
+    const auto at = line.find("CPU capability usage:");
+    if (at != std::string::npos) return line.substr(at + 22);
+  }
+  return "?";
+}
+
+// OpenBLAS's threads during libtorch's calls and the sgemm ceiling (others), and during attend's (attend).
+struct OpenblasThreads {
+  int others = 1, attend = 1;
+};
+OpenblasThreads openblas_threads;
+
+// Sets OpenBLAS's threads for the next calls: attend's or everyone else's.
+void use_openblas_threads(bool for_attend) {
+#ifdef ATTEND_BENCH_OPENBLAS
+  const int wanted = for_attend ? openblas_threads.attend : openblas_threads.others;
+  if (openblas_get_num_threads() != wanted) openblas_set_num_threads(wanted);
+#else
+  (void)for_attend;
+#endif
+}
+
+// Runs f() with OpenBLAS's threads set for attend, then sets them back; returns what f returns.
+template <class F>
+auto as_attend(F f) {
+  use_openblas_threads(true);
+  auto result = f();
+  use_openblas_threads(false);
+  return result;
+}
+
+// The same thread count for attend, libtorch and OpenBLAS (see the top of the file).
+void set_threads(int threads, const Options& options) {
+  at::set_num_threads(threads);
+  attend::set_num_threads(threads);  // omp_set_num_threads and Eigen::setNbThreads
+  openblas_threads = {threads, options.attend_openblas_threads > 0 ? options.attend_openblas_threads : threads};
+  use_openblas_threads(false);
+}
+
+nlohmann::ordered_json configuration() {
+  nlohmann::ordered_json c;
+  c["program_backend"] = backend;
+  c["eigen"] = attend::detail::message(EIGEN_WORLD_VERSION, '.', EIGEN_MAJOR_VERSION, '.', EIGEN_MINOR_VERSION,
+                                       ", ", Eigen::SimdInstructionSetsInUse());
+  c["attend_openmp"] = attend::has_openmp();
+  c["torch"] = TORCH_VERSION;
+  c["torch_cpu_capability"] = torch_cpu_capability();
+  c["torch_mkldnn"] = at::hasMKLDNN();
+  c["OPENBLAS_CORETYPE"] = environment("OPENBLAS_CORETYPE");
+  c["ATEN_CPU_CAPABILITY"] = environment("ATEN_CPU_CAPABILITY");
+  c["OMP_NUM_THREADS"] = environment("OMP_NUM_THREADS");
+  c["OPENBLAS_NUM_THREADS"] = environment("OPENBLAS_NUM_THREADS");
+#ifdef ATTEND_BENCH_OPENBLAS
+  c["openblas_config"] = openblas_get_config();
+  c["openblas_corename"] = openblas_get_corename();
+  c["openblas_parallel"] = openblas_get_parallel() == 0   ? "sequential"
+                           : openblas_get_parallel() == 1 ? "pthreads"
+                                                          : "OpenMP";
+#endif
+  return c;
+}
+
+void print_configuration(const nlohmann::ordered_json& c) {
+  std::printf("attend vs libtorch, float, eval mode; this program: %s\n", backend);
+  std::printf("  Eigen %s; attend %s OpenMP\n", c["eigen"].get<std::string>().c_str(),
+              c["attend_openmp"].get<bool>() ? "with" : "WITHOUT (attend runs on one thread whatever --threads says)");
+  std::printf("  libtorch %s: its own kernels %s (ATEN_CPU_CAPABILITY=%s), MKL-DNN %s\n", TORCH_VERSION,
+              c["torch_cpu_capability"].get<std::string>().c_str(), c["ATEN_CPU_CAPABILITY"].get<std::string>().c_str(),
+              c["torch_mkldnn"].get<bool>() ? "yes" : "no");
+  std::printf("  OPENBLAS_CORETYPE=%s (read, never set, by this program)\n",
+              c["OPENBLAS_CORETYPE"].get<std::string>().c_str());
+  if (c.contains("openblas_config"))
+    std::printf("  OpenBLAS: %s; core %s; threading %s\n", c["openblas_config"].get<std::string>().c_str(),
+                c["openblas_corename"].get<std::string>().c_str(), c["openblas_parallel"].get<std::string>().c_str());
+  else
+    std::printf("  OpenBLAS not found at build time: no OpenBLAS sgemm ceiling, OpenBLAS's threads not controlled\n");
+  std::printf("  OMP_NUM_THREADS=%s OPENBLAS_NUM_THREADS=%s\n", c["OMP_NUM_THREADS"].get<std::string>().c_str(),
+              c["OPENBLAS_NUM_THREADS"].get<std::string>().c_str());
+}
+
+void print_threads() {
+  std::printf("  threads: libtorch %d, attend %d, Eigen %d", at::get_num_threads(), attend::num_threads(),
+              Eigen::nbThreads());
+#ifdef ATTEND_BENCH_OPENBLAS
+  std::printf(", OpenBLAS %d (during attend's calls: %d)", openblas_threads.others, openblas_threads.attend);
+#endif
+  std::printf("\n");
+}
+
+// ---- timing -------------------------------------------------------------------------------------------------------
+
+// One implementation of a problem: run() is one forward pass, its result handed to benchmark::DoNotOptimize.
+struct Contender {
+  std::string name;
+  std::function<void()> run;
+};
+
+// One shape of one comparison, as the tables, the CSV and the plot see it.
+struct Problem {
+  std::string part;    // "attention", "rnn", "conv1d", "sgemm"
+  std::string label;   // "(8,128,256,8)": the shape in the order the part's table names it
+  std::string series;  // the shapes a plot joins by a line, e.g. "d256_h8"
+  std::string note;    // printed at the end of the shape's row
+  Index batch, n;      // n: sequence length (steps); for sgemm the matrix size
+  double flops;        // per call, as counted at the top of this file
+};
+
+struct Measurement {
+  std::string name;
+  double median;               // seconds per call, median over the rounds
+  std::vector<double> rounds;  // seconds per call, each round
+};
+
+bool is_attend(const Contender& c) { return c.name.rfind("attend", 0) == 0; }
+
+double seconds_per_call(const Contender& c, long calls) {
+  const auto start = std::chrono::steady_clock::now();
+  for (long i = 0; i < calls; ++i) c.run();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t m = values.size() / 2;
+  return values.size() % 2 ? values[m] : (values[m - 1] + values[m]) / 2;
+}
+
+// The method at the top of the file: the contenders' first calls are done (the agreement check); one call more sets
+// the calls per timing, then `rounds` rotated rounds.
+std::vector<Measurement> alternate(const std::vector<Contender>& contenders, const Options& options, int threads) {
+  const auto pause = [threads] {
+    if (threads > 1) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  };
+  const std::size_t k = contenders.size();
+  std::vector<long> calls(k);
+  for (std::size_t i = 0; i < k; ++i) {
+    pause();
+    use_openblas_threads(is_attend(contenders[i]));
+    const double once = seconds_per_call(contenders[i], 1);
+    calls[i] = std::max(1L, static_cast<long>(std::ceil(options.min_time / std::max(once, 1e-9))));
+  }
+  std::vector<Measurement> result(k);
+  for (std::size_t i = 0; i < k; ++i) result[i].name = contenders[i].name;
+  for (int round = 0; round < options.rounds; ++round) {
+    for (std::size_t j = 0; j < k; ++j) {
+      const std::size_t i = (j + round) % k;
+      pause();
+      use_openblas_threads(is_attend(contenders[i]));
+      result[i].rounds.push_back(seconds_per_call(contenders[i], calls[i]));
+    }
+  }
+  use_openblas_threads(false);
+  for (Measurement& m : result) m.median = median(m.rounds);
+  return result;
+}
+
+// ---- results: tables, CSV, JSON -----------------------------------------------------------------------------------
+
+struct Result {
+  int threads;
+  Problem problem;
+  std::vector<Measurement> measurements;
+  double ceiling;  // GFLOP/s of sgemm at this thread count (0 before it is known)
+
+  double seconds(const std::string& name) const {
+    for (const Measurement& m : measurements)
+      if (m.name == name) return m.median;
+    return NAN;
+  }
+  double gflops(const std::string& name) const { return problem.flops / seconds(name) / 1e9; }
+};
+
+// A part's table: a header, then one row per shape, printed as each is measured. Columns, for contenders c:
+// median microseconds of each c; GFLOP/s of each c; t/attend for every torch contender t (above 1: attend is faster);
+// attend's GFLOP/s as a share of the sgemm ceiling.
+class Table {
+ public:
+  Table(std::string shape_header, std::vector<std::string> names) : shape_header_(std::move(shape_header)),
+                                                                     names_(std::move(names)) {}
+
+  void header(const std::string& title) const {
+    std::printf("\n%s\n%-18s %8s |", title.c_str(), shape_header_.c_str(), "GFLOP");
+    for (const std::string& n : names_) std::printf(" %12s", (short_name(n) + " us").c_str());
+    std::printf(" |");
+    for (const std::string& n : names_) std::printf(" %7s", short_name(n).c_str());
+    std::printf(" GFLOP/s |");
+    for (const std::string& n : names_)
+      if (is_torch(n)) std::printf(" %9s", (short_name(n) + "/att").c_str());
+    std::printf(" | att %% sgemm\n");
+  }
+
+  void row(const Result& r) const {
+    std::printf("%-18s %8.3f |", r.problem.label.c_str(), r.problem.flops / 1e9);
+    for (const std::string& n : names_) std::printf(" %12.1f", r.seconds(n) * 1e6);
+    std::printf(" |");
+    for (const std::string& n : names_) std::printf(" %7.1f", r.gflops(n));
+    std::printf("         |");
+    for (const std::string& n : names_)
+      if (is_torch(n)) std::printf(" %9.2f", r.seconds(n) / r.seconds("attend"));
+    std::printf(" | %6.0f %%  %s\n", r.ceiling > 0 ? 100 * r.gflops("attend") / r.ceiling : NAN,
+                r.problem.note.c_str());
+    std::fflush(stdout);
+  }
+
+ private:
+  static bool is_torch(const std::string& n) { return n.rfind("torch", 0) == 0; }
+  static std::string short_name(const std::string& n) {
+    if (n == "attend_direct") return "direct";
+    if (n == "attend_tiled") return "tiled";
+    if (n == "torch_mha") return "mha";
+    if (n == "torch_fused") return "fused";
+    return n;
+  }
+  std::string shape_header_;
+  std::vector<std::string> names_;
+};
+
+void write_csv(const std::string& path, const std::vector<Result>& results) {
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("cannot write " + path);
+  out << "threads,part,series,batch,n,impl,median_us,gflops,sgemm_gflops\n";
+  for (const Result& r : results)
+    for (const Measurement& m : r.measurements)
+      out << r.threads << ',' << r.problem.part << ',' << r.problem.series << ',' << r.problem.batch << ','
+          << r.problem.n << ',' << m.name << ',' << m.median * 1e6 << ',' << r.problem.flops / m.median / 1e9 << ','
+          << r.ceiling << '\n';
+}
+
+void write_json(const std::string& path, const nlohmann::ordered_json& config, const Options& options,
+                const std::vector<Result>& results) {
+  nlohmann::ordered_json j;
+  j["configuration"] = config;
+  j["rounds"] = options.rounds;
+  j["min_time_s"] = options.min_time;
+  for (const Result& r : results) {
+    nlohmann::ordered_json row;
+    row["threads"] = r.threads;
+    row["part"] = r.problem.part;
+    row["shape"] = r.problem.label;
+    row["series"] = r.problem.series;
+    row["batch"] = r.problem.batch;
+    row["n"] = r.problem.n;
+    row["flops"] = r.problem.flops;
+    row["sgemm_gflops"] = r.ceiling;
+    for (const Measurement& m : r.measurements)
+      row["impl"][m.name] = {{"median_s", m.median}, {"gflops", r.problem.flops / m.median / 1e9},
+                             {"rounds_s", m.rounds}};
+    j["results"].push_back(row);
+  }
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("cannot write " + path);
+  out << j.dump(1) << '\n';
+}
+
+// ---- agreement ----------------------------------------------------------------------------------------------------
 
 torch::Tensor to_torch(const float* data, std::vector<int64_t> sizes) {
   return torch::from_blob(const_cast<float*>(data), sizes, torch::kFloat32).clone();
 }
 
+// max |a - t| / max |t| over all elements; a and t of the same shape (batch, steps, features).
+double relative_difference(const Tensor3<float>& a, const torch::Tensor& t) {
+  const torch::Tensor ours = to_torch(a.data(), {a.dimension(0), a.dimension(1), a.dimension(2)});
+  return (ours - t).abs().max().item<double>() / t.abs().max().item<double>();
+}
+
+// Prints the differences of a shape, `label: name diff, ...`; throws when one is above the tolerance.
+void check(const std::string& label, const std::vector<std::pair<std::string, double>>& differences, double tolerance) {
+  std::printf("  agreement %-18s", label.c_str());
+  bool ok = true;
+  for (const auto& [name, difference] : differences) {
+    std::printf("  %s %.1e", name.c_str(), difference);
+    ok = ok && difference <= tolerance;  // false on NaN too
+  }
+  std::printf("  %s\n", ok ? "ok" : "DISAGREE");
+  if (!ok) throw std::runtime_error(label + ": attend and libtorch disagree beyond " + std::to_string(tolerance));
+}
+
+// ---- multi-head self-attention -------------------------------------------------------------------------------------
+
+struct AttentionShape {
+  Index batch, n, d, heads;
+};
+
+// From the seed's example to n = 8192: a mid-size batch, then d = 256 with 8 heads up to n = 8192, and one head of
+// d = 64 (the long-sequence case of the memory target) at n = 2048 and 8192.
+const AttentionShape attention_shapes[] = {{2, 4, 100, 5},     {8, 128, 256, 8},   {4, 512, 256, 8},
+                                           {1, 1024, 256, 8},  {1, 2048, 64, 1},   {1, 2048, 256, 8},
+                                           {1, 4096, 256, 8},  {1, 8192, 64, 1},   {1, 8192, 256, 8}};
+
 // One shape's weights, inputs and the four ways to run it.
-class Case {
+class Attention {
  public:
-  explicit Case(const Shape& s)
+  explicit Attention(const AttentionShape& s)
       : s_(s),
         generator_(42),
         attention_(s.d, s.d, s.d, s.d, s.heads, 0.0f, false, generator_),
+        direct_(attention_),
+        tiled_(attention_),
         X_(s.batch, s.n, s.d),
         mha_(torch::nn::MultiheadAttentionOptions(s.d, s.heads).bias(false)) {
     attention_.eval();
+    direct_.eval();
+    direct_.set_path(attend::AttentionPath::direct);
+    tiled_.eval();
+    tiled_.set_path(attend::AttentionPath::tiled);
     for (Index i = 0; i < X_.size(); ++i) X_.data()[i] = generator_.uniform(-1.0f, 1.0f);
 
+    // libtorch gets attend's weights: in_proj_weight (3d, d) = [W_q; W_k; W_v], out_proj.weight (d, d) = W_o.
     torch::NoGradGuard no_grad;
     const auto weight = [&](attend::Linear<float>& layer) { return to_torch(layer.weight().data(), {s.d, s.d}); };
     in_proj_ = torch::cat({weight(attention_.W_q()), weight(attention_.W_k()), weight(attention_.W_v())}, 0);
@@ -92,247 +500,312 @@ class Case {
     in_proj_bias_ = torch::zeros({3 * s.d});
     out_proj_bias_ = torch::zeros({s.d});
     X_batch_first_ = to_torch(X_.data(), {s.batch, s.n, s.d});
-    X_seq_first_ = X_batch_first_.transpose(0, 1).contiguous();  // (n, batch, d)
+    X_seq_first_ = X_batch_first_.transpose(0, 1).contiguous();
   }
 
-  const Shape& shape() const { return s_; }
-
-  // (batch, n, d), attend's MultiHeadAttention as it is.
-  Tensor3<float> attend_direct() { return attention_(X_, X_, X_); }
-
-  // (batch, n, d): projections, the tiled kernel, W_o.
-  Tensor3<float> attend_tiled() {
-    const Index rows = s_.batch * s_.n;
-    const auto X = attend::detail::as_matrix(X_);  // (batch * n, d)
-    Matrix<float> Q(rows, s_.d), K(rows, s_.d), V(rows, s_.d), heads(rows, s_.d);  // each (batch * n, heads * d/h)
-    attention_.W_q().apply(X, Q);
-    attention_.W_k().apply(X, K);
-    attention_.W_v().apply(X, V);
-    attend::detail::flash_attention_heads<float>(Q, K, V, s_.batch, s_.n, s_.n, s_.heads, attend::Mask{}, heads);
-    Tensor3<float> Y(s_.batch, s_.n, s_.d);  // (batch, n, d)
-    attention_.W_o().apply(heads, attend::detail::as_matrix(Y));
-    return Y;
+  Problem problem() const {
+    const double b = s_.batch, n = s_.n, d = s_.d;
+    return {"attention",
+            attend::detail::message('(', s_.batch, ',', s_.n, ',', s_.d, ',', s_.heads, ')'),
+            attend::detail::message('d', s_.d, "_h", s_.heads),
+            std::string("attend took ") + automatic_path(),
+            s_.batch,
+            s_.n,
+            8 * b * n * d * d + 4 * b * n * n * d};
   }
 
-  // (n, batch, d), libtorch's module on its own layout.
+  // (batch, n, d): attend's public module, on the path it chooses (AttentionPath::automatic).
+  Tensor3<float> attend_module() { return attention_(X_, X_, X_); }
+
+  // (batch, n, d): the same module told to take one path: direct (the (batch * h, n, n) weights) or tiled (the
+  // online-softmax kernel, no (n, n) matrix).
+  Tensor3<float> attend_direct() { return direct_(X_, X_, X_); }
+  Tensor3<float> attend_tiled() { return tiled_(X_, X_, X_); }
+
+  // The path AttentionPath::automatic takes on this shape.
+  const char* automatic_path() const {
+    const bool tiled = attend::detail::takes_tiled_path<float>(attend::AttentionPath::automatic, false,
+                                                               s_.batch * s_.heads * s_.n * s_.n);
+    return tiled ? "tiled" : "direct";
+  }
+
+  // (n, batch, d): libtorch's module on its own layout.
   torch::Tensor torch_mha() {
     return std::get<0>(mha_->forward(X_seq_first_, X_seq_first_, X_seq_first_, {}, /*need_weights=*/false));
   }
 
-  // (batch, n, d), the fused operator.
+  // (batch, n, d): the fused operator; the same tensor as query, key and value, so its Q/K/V projection is one GEMM.
   torch::Tensor torch_fused() {
     return std::get<0>(at::_native_multi_head_attention(X_batch_first_, X_batch_first_, X_batch_first_, s_.d,
                                                         s_.heads, in_proj_, in_proj_bias_, out_proj_, out_proj_bias_,
                                                         {}, /*need_weights=*/false));
   }
 
+  // Runs every contender once and compares it with torch_mha: max |x - torch_mha| / max |torch_mha|.
+  void check_agreement() {
+    const torch::Tensor mha = torch_mha().transpose(0, 1).contiguous();  // (batch, n, d)
+    const torch::Tensor fused = torch_fused();                            // (batch, n, d)
+    check(problem().label,
+          {{"attend", relative_difference(as_attend([&] { return attend_module(); }), mha)},
+           {"attend_direct", relative_difference(as_attend([&] { return attend_direct(); }), mha)},
+           {"attend_tiled", relative_difference(as_attend([&] { return attend_tiled(); }), mha)},
+           {"torch_fused", (fused - mha).abs().max().item<double>() / mha.abs().max().item<double>()}},
+          1e-4);
+  }
+
+  std::vector<Contender> contenders() {
+    return {{"attend", [this] { benchmark::DoNotOptimize(attend_module().data()); }},
+            {"attend_direct", [this] { benchmark::DoNotOptimize(attend_direct().data()); }},
+            {"attend_tiled", [this] { benchmark::DoNotOptimize(attend_tiled().data()); }},
+            {"torch_mha", [this] { benchmark::DoNotOptimize(torch_mha().data_ptr()); }},
+            {"torch_fused", [this] { benchmark::DoNotOptimize(torch_fused().data_ptr()); }}};
+  }
+
  private:
-  Shape s_;
+  AttentionShape s_;
   attend::Generator generator_;
-  attend::MultiHeadAttention<float> attention_;
+  attend::MultiHeadAttention<float> attention_;  // AttentionPath::automatic, the default
+  attend::MultiHeadAttention<float> direct_;     // the same weights, AttentionPath::direct
+  attend::MultiHeadAttention<float> tiled_;      // the same weights, AttentionPath::tiled
   Tensor3<float> X_;  // (batch, n, d)
   torch::nn::MultiheadAttention mha_;
   torch::Tensor in_proj_, out_proj_, in_proj_bias_, out_proj_bias_;  // (3d, d), (d, d), (3d), (d)
   torch::Tensor X_batch_first_, X_seq_first_;                        // (batch, n, d), (n, batch, d)
 };
 
-// max |a - t| / max |t|, over all elements; a and t (batch, n, d).
-double relative_difference(const Tensor3<float>& a, const torch::Tensor& t) {
-  const torch::Tensor ours = to_torch(a.data(), {a.dimension(0), a.dimension(1), a.dimension(2)});
-  return (ours - t).abs().max().item<double>() / t.abs().max().item<double>();
-}
+// ---- RNN ------------------------------------------------------------------------------------------------------------
 
-void check_agreement(std::vector<std::unique_ptr<Case>>& cases) {
-  c10::InferenceMode inference;
-  std::printf("attend vs libtorch, max |attend - torch| / max |torch| over the output:\n");
-  for (auto& c : cases) {
-    const torch::Tensor mha = c->torch_mha().transpose(0, 1).contiguous(), fused = c->torch_fused();
-    const Tensor3<float> direct = c->attend_direct(), tiled = c->attend_tiled();
-    std::printf("  %-18s direct vs torch_mha %.2e, tiled vs torch_mha %.2e, torch_fused vs torch_mha %.2e\n",
-                shape_name(c->shape()).c_str(), relative_difference(direct, mha), relative_difference(tiled, mha),
-                (fused - mha).abs().max().item<double>() / mha.abs().max().item<double>());
-  }
-  std::printf("\n");
-}
+struct RnnShape {
+  Index batch, steps, input, hidden;
+};
 
-void set_counters(benchmark::State& state, double flops) {
-  state.counters["FLOPS"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
-}
+const RnnShape rnn_shapes[] = {{32, 64, 128, 128}, {8, 512, 256, 256}, {64, 128, 512, 512}};
 
-// Registers fn under name, timed in wall-clock microseconds.
-template <class Fn>
-void add(const std::string& name, Fn fn) {
-  benchmark::RegisterBenchmark(name.c_str(), fn)->UseRealTime()->Unit(benchmark::kMicrosecond);
-}
-
-void register_shape(Case* c) {
-  const std::string prefix = shape_name(c->shape()) + "/";
-  const double flops = forward_flops(c->shape());
-  add((prefix + "attend_direct").c_str(), [c, flops](benchmark::State& state) {
-    for (auto _ : state) {
-      Tensor3<float> Y = c->attend_direct();
-      benchmark::DoNotOptimize(Y.data());
-    }
-    set_counters(state, flops);
-  });
-  add((prefix + "attend_tiled").c_str(), [c, flops](benchmark::State& state) {
-    for (auto _ : state) {
-      Tensor3<float> Y = c->attend_tiled();
-      benchmark::DoNotOptimize(Y.data());
-    }
-    set_counters(state, flops);
-  });
-  add((prefix + "torch_mha").c_str(), [c, flops](benchmark::State& state) {
-    c10::InferenceMode inference;
-    for (auto _ : state) {
-      torch::Tensor Y = c->torch_mha();
-      benchmark::DoNotOptimize(Y.data_ptr());
-    }
-    set_counters(state, flops);
-  });
-  add((prefix + "torch_fused").c_str(), [c, flops](benchmark::State& state) {
-    c10::InferenceMode inference;
-    for (auto _ : state) {
-      torch::Tensor Y = c->torch_fused();
-      benchmark::DoNotOptimize(Y.data_ptr());
-    }
-    set_counters(state, flops);
-  });
-}
-
-// The machine's ceiling: C = A B, all (1024, 1024) float, one core.
-constexpr Index gemm_size = 1024;
-const double gemm_flops = 2.0 * gemm_size * gemm_size * gemm_size;
-
-void register_sgemm() {
-  add("sgemm_1024/eigen", [](benchmark::State& state) {
-    const Eigen::MatrixXf A = Eigen::MatrixXf::Random(gemm_size, gemm_size), B = Eigen::MatrixXf::Random(gemm_size, gemm_size);
-    Eigen::MatrixXf C(gemm_size, gemm_size);
-    for (auto _ : state) {
-      C.noalias() = A * B;
-      benchmark::DoNotOptimize(C.data());
-    }
-    set_counters(state, gemm_flops);
-  });
-#ifdef ATTEND_BENCH_OPENBLAS
-  add("sgemm_1024/openblas", [](benchmark::State& state) {
-    const Eigen::MatrixXf A = Eigen::MatrixXf::Random(gemm_size, gemm_size), B = Eigen::MatrixXf::Random(gemm_size, gemm_size);
-    Eigen::MatrixXf C(gemm_size, gemm_size);
-    const int n = static_cast<int>(gemm_size);
-    for (auto _ : state) {
-      cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A.data(), n, B.data(), n, 0.0f, C.data(), n);
-      benchmark::DoNotOptimize(C.data());
-    }
-    set_counters(state, gemm_flops);
-  });
-#endif
-}
-
-// The console output as usual, then a table built from the medians (or the single runs).
-class SummaryReporter : public benchmark::ConsoleReporter {
+class Rnn {
  public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& run : runs) {
-      if (run.error_occurred) continue;
-      const bool median = run.run_type == Run::RT_Aggregate && run.aggregate_name == "median";
-      const bool single = run.run_type == Run::RT_Iteration && run.repetitions <= 1;
-      if (!median && !single) continue;
-      seconds_[run.run_name.function_name] =
-          run.GetAdjustedRealTime() * benchmark::GetTimeUnitMultiplier(benchmark::kSecond) /
-          benchmark::GetTimeUnitMultiplier(run.time_unit);
-    }
+  explicit Rnn(const RnnShape& s)
+      : s_(s),
+        generator_(7),
+        rnn_(s.input, s.hidden, generator_),
+        X_(s.batch, s.steps, s.input),
+        torch_rnn_(torch::nn::RNNOptions(s.input, s.hidden).nonlinearity(torch::kTanh).batch_first(true)) {
+    for (Index i = 0; i < X_.size(); ++i) X_.data()[i] = generator_.uniform(-1.0f, 1.0f);
+    // libtorch gets attend's weights, under nn.RNN's names.
+    torch::NoGradGuard no_grad;
+    auto parameters = torch_rnn_->named_parameters();
+    parameters["weight_ih_l0"].copy_(to_torch(rnn_.weight_ih().data(), {s.hidden, s.input}));
+    parameters["weight_hh_l0"].copy_(to_torch(rnn_.weight_hh().data(), {s.hidden, s.hidden}));
+    parameters["bias_ih_l0"].copy_(to_torch(rnn_.bias_ih().data(), {s.hidden}));
+    parameters["bias_hh_l0"].copy_(to_torch(rnn_.bias_hh().data(), {s.hidden}));
+    torch_rnn_->eval();
+    X_torch_ = to_torch(X_.data(), {s.batch, s.steps, s.input});
   }
 
-  void Finalize() override {
-    ConsoleReporter::Finalize();
-    double ceiling = 0;
-    std::printf("\nsingle-core sgemm 1024^3 (the ceiling below is the faster):");
-    for (const char* library : {"eigen", "openblas"}) {
-      const double t = time(std::string("sgemm_1024/") + library);
-      if (t <= 0) continue;
-      ceiling = std::max(ceiling, gemm_flops / t / 1e9);
-      std::printf("  %s %.1f GFLOP/s", library, gemm_flops / t / 1e9);
-    }
-    std::printf("\n\n%-18s %12s %12s %12s %12s | %8s %8s | %18s %18s %18s %18s\n", "(batch,n,d,heads)",
-                "direct us", "tiled us", "torch_mha us", "fused us", "T/direct", "T/tiled", "direct GF/s (%sg)",
-                "tiled GF/s (%sg)", "torch_mha GF/s (%sg)", "fused GF/s (%sg)");
-    for (const Shape& s : shapes) {
-      const std::string name = shape_name(s);
-      const double direct = time(name + "/attend_direct"), tiled = time(name + "/attend_tiled");
-      const double mha = time(name + "/torch_mha"), fused = time(name + "/torch_fused");
-      if (direct <= 0 && tiled <= 0 && mha <= 0 && fused <= 0) continue;
-      double torch_best = 0;
-      for (double t : {mha, fused})
-        if (t > 0) torch_best = torch_best > 0 ? std::min(torch_best, t) : t;
-      const auto us = [](double t) { return t > 0 ? t * 1e6 : NAN; };
-      const auto ratio = [&](double t) { return t > 0 && torch_best > 0 ? torch_best / t : NAN; };
-      std::printf("(%ld,%ld,%ld,%ld)%*s %12.1f %12.1f %12.1f %12.1f | %8.2f %8.2f |",
-                  static_cast<long>(s.batch), static_cast<long>(s.n), static_cast<long>(s.d),
-                  static_cast<long>(s.heads), static_cast<int>(18 - paren_width(s)), "", us(direct), us(tiled), us(mha),
-                  us(fused), ratio(direct), ratio(tiled));
-      for (double t : {direct, tiled, mha, fused}) {
-        const double gflops = t > 0 ? forward_flops(s) / t / 1e9 : NAN;
-        std::printf(" %11.1f (%3.0f%%)", gflops, ceiling > 0 ? 100 * gflops / ceiling : NAN);
-      }
-      std::printf("\n");
-    }
-    std::printf("T/x: libtorch's faster time (torch_mha or fused) over x's; above 1 means x is faster.\n");
+  Problem problem() const {
+    return {"rnn",
+            attend::detail::message('(', s_.batch, ',', s_.steps, ',', s_.input, ',', s_.hidden, ')'),
+            attend::detail::message('i', s_.input, "_h", s_.hidden),
+            "",
+            s_.batch,
+            s_.steps,
+            2.0 * static_cast<double>(rnn_.multiply_adds(s_.batch, s_.steps))};
+  }
+
+  Tensor3<float> attend_forward() { return rnn_(X_); }                                 // (batch, steps, hidden)
+  torch::Tensor torch_forward() { return std::get<0>(torch_rnn_->forward(X_torch_)); }  // (batch, steps, hidden)
+
+  void check_agreement() {
+    const torch::Tensor expected = torch_forward();  // (batch, steps, hidden)
+    check(problem().label, {{"attend", relative_difference(as_attend([&] { return attend_forward(); }), expected)}},
+          1e-4);
+  }
+
+  std::vector<Contender> contenders() {
+    return {{"attend", [this] { benchmark::DoNotOptimize(attend_forward().data()); }},
+            {"torch", [this] { benchmark::DoNotOptimize(torch_forward().data_ptr()); }}};
   }
 
  private:
-  double time(const std::string& name) const {
-    const auto it = seconds_.find(name);
-    return it == seconds_.end() ? 0 : it->second;
-  }
-  static std::size_t paren_width(const Shape& s) {
-    return attend::detail::message('(', s.batch, ',', s.n, ',', s.d, ',', s.heads, ')').size();
-  }
-
-  std::map<std::string, double> seconds_;  // function name -> median seconds per iteration
+  RnnShape s_;
+  attend::Generator generator_;
+  attend::RNN<float> rnn_;
+  Tensor3<float> X_;  // (batch, steps, input)
+  torch::nn::RNN torch_rnn_;
+  torch::Tensor X_torch_;  // (batch, steps, input)
 };
 
-void print_configuration() {
-  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-  std::printf("OPENBLAS_CORETYPE=%s (read, not set, by this program)\n", coretype ? coretype : "(unset)");
+// ---- Conv1d ---------------------------------------------------------------------------------------------------------
+
+struct ConvShape {
+  Index batch, steps, in, out, kernel;
+};
+
+const ConvShape conv_shapes[] = {{32, 128, 64, 64, 3}, {8, 1024, 128, 128, 5}, {1, 8192, 256, 256, 3}};
+
+class Conv {
+ public:
+  explicit Conv(const ConvShape& s)
+      : s_(s),
+        generator_(11),
+        conv_(s.in, s.out, s.kernel, true, generator_),
+        X_(s.batch, s.steps, s.in),
+        torch_conv_(torch::nn::Conv1dOptions(s.in, s.out, s.kernel).padding(torch::kSame)) {
+    for (Index i = 0; i < X_.size(); ++i) X_.data()[i] = generator_.uniform(-1.0f, 1.0f);
+    // libtorch gets attend's weights: the same (out, in, kernel) layout.
+    torch::NoGradGuard no_grad;
+    torch_conv_->weight.copy_(to_torch(conv_.weight().data(), {s.out, s.in, s.kernel}));
+    torch_conv_->bias.copy_(to_torch(conv_.bias().data(), {s.out}));
+    torch_conv_->eval();
+    X_torch_ = to_torch(X_.data(), {s.batch, s.steps, s.in}).transpose(1, 2).contiguous();
+  }
+
+  Problem problem() const {
+    return {"conv1d",
+            attend::detail::message('(', s_.batch, ',', s_.steps, ',', s_.in, ',', s_.out, ',', s_.kernel, ')'),
+            attend::detail::message('c', s_.in, "_k", s_.kernel),
+            "",
+            s_.batch,
+            s_.steps,
+            2.0 * static_cast<double>(conv_.multiply_adds(s_.batch, s_.steps))};
+  }
+
+  Tensor3<float> attend_forward() { return conv_(X_); }          // (batch, steps, out)
+  torch::Tensor torch_forward() { return torch_conv_(X_torch_); }  // (batch, out, steps)
+
+  void check_agreement() {
+    const torch::Tensor expected = torch_forward().transpose(1, 2).contiguous();  // (batch, steps, out)
+    check(problem().label, {{"attend", relative_difference(as_attend([&] { return attend_forward(); }), expected)}},
+          1e-5);
+  }
+
+  std::vector<Contender> contenders() {
+    return {{"attend", [this] { benchmark::DoNotOptimize(attend_forward().data()); }},
+            {"torch", [this] { benchmark::DoNotOptimize(torch_forward().data_ptr()); }}};
+  }
+
+ private:
+  ConvShape s_;
+  attend::Generator generator_;
+  attend::Conv1d<float> conv_;
+  Tensor3<float> X_;  // (batch, steps, in)
+  torch::nn::Conv1d torch_conv_;
+  torch::Tensor X_torch_;  // (batch, in, steps)
+};
+
+// ---- the ceiling ----------------------------------------------------------------------------------------------------
+
+// C = A B, all (1024, 1024) float, by Eigen and by OpenBLAS; the ceiling is the faster.
+constexpr Index gemm_size = 1024;
+
+struct Sgemm {
+  Eigen::MatrixXf A = Eigen::MatrixXf::Random(gemm_size, gemm_size);  // (1024, 1024)
+  Eigen::MatrixXf B = Eigen::MatrixXf::Random(gemm_size, gemm_size);  // (1024, 1024)
+  Eigen::MatrixXf C = Eigen::MatrixXf(gemm_size, gemm_size);          // (1024, 1024)
+
+  std::vector<Contender> contenders() {
+    std::vector<Contender> c{{"eigen", [this] {
+                                C.noalias() = A * B;
+                                benchmark::DoNotOptimize(C.data());
+                              }}};
 #ifdef ATTEND_BENCH_OPENBLAS
-  std::printf("OpenBLAS: %s; core %s; threads %d\n", openblas_get_config(), openblas_get_corename(),
-              openblas_get_num_threads());
+    c.push_back({"openblas", [this] {
+                   const int n = static_cast<int>(gemm_size);
+                   cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A.data(), n, B.data(), n,
+                               0.0f, C.data(), n);
+                   benchmark::DoNotOptimize(C.data());
+                 }});
 #endif
-  std::printf("libtorch %s: intra-op threads %d, inter-op threads %d\n", TORCH_VERSION, torch::get_num_threads(),
-              torch::get_num_interop_threads());
-  std::printf("Eigen %d.%d.%d, %s, threads %d\n\n", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION,
-              Eigen::SimdInstructionSetsInUse(), Eigen::nbThreads());
+    return c;
+  }
+
+  // GFLOP/s of each, and the ceiling, printed on one line.
+  double measure(const Options& options, int threads, const char* when, std::vector<Result>& results) {
+    const Problem problem{"sgemm", "(1024,1024,1024)", std::string("sgemm_") + when, "", 1, gemm_size,
+                          2.0 * gemm_size * gemm_size * gemm_size};
+    const std::vector<Contender> list = contenders();
+    for (const Contender& c : list) c.run();  // warm-up
+    Result r{threads, problem, alternate(list, options, threads), 0};
+    double ceiling = 0;
+    std::printf("  sgemm 1024^3, %d thread%s, %s:", threads, threads > 1 ? "s" : "", when);
+    for (const Measurement& m : r.measurements) {
+      ceiling = std::max(ceiling, r.gflops(m.name));
+      std::printf("  %s %.1f GFLOP/s", m.name.c_str(), r.gflops(m.name));
+    }
+    std::printf("\n");
+    r.ceiling = ceiling;
+    results.push_back(r);
+    return ceiling;
+  }
+};
+
+// ---- one part at one thread count -----------------------------------------------------------------------------------
+
+// Builds each shape's case, checks agreement, times its contenders, prints its row.
+template <class Case, class Shape, std::size_t N>
+void run_part(const Shape (&shapes)[N], const Table& table, const std::string& title, const Options& options,
+              int threads, double ceiling, std::vector<Result>& results,
+              const std::function<bool(const Shape&)>& wanted = nullptr) {
+  std::vector<std::unique_ptr<Case>> cases;
+  std::printf("\n");
+  for (const Shape& s : shapes) {
+    if (wanted && !wanted(s)) continue;
+    cases.push_back(std::make_unique<Case>(s));  // outside inference mode: libtorch's modules get parameters
+    c10::InferenceMode inference_mode;           // libtorch: no autograd bookkeeping, like attend's eval mode
+    cases.back()->check_agreement();
+  }
+  table.header(title);
+  for (auto& c : cases) {
+    c10::InferenceMode inference_mode;
+    Result r{threads, c->problem(), alternate(c->contenders(), options, threads), ceiling};
+    table.row(r);
+    results.push_back(r);
+  }
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  torch::set_num_threads(1);
-#ifdef ATTEND_BENCH_OPENBLAS
-  openblas_set_num_threads(1);
-#endif
-  print_configuration();
+int main(int argc, char** argv) try {
+  const Options options = parse(argc, argv);
+  const nlohmann::ordered_json config = configuration();
+  print_configuration(config);
 
-  // Interleave the repetitions unless the command line chooses.
-  std::vector<char*> args(argv, argv + argc);
-  const bool chosen = std::any_of(args.begin(), args.end(), [](const char* a) {
-    return std::strncmp(a, "--benchmark_enable_random_interleaving", 38) == 0;
-  });
-  char interleave[] = "--benchmark_enable_random_interleaving=true";
-  if (!chosen) args.insert(args.begin() + 1, interleave);
-  int count = static_cast<int>(args.size());
-  args.push_back(nullptr);
-  benchmark::Initialize(&count, args.data());
-  if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
+  std::vector<Result> results;
+  Sgemm sgemm;
+  const Table attention_table("(batch,n,d,heads)",
+                              {"attend", "attend_direct", "attend_tiled", "torch_mha", "torch_fused"});
+  const Table rnn_table("(b,steps,in,hid)", {"attend", "torch"});
+  const Table conv_table("(b,steps,in,out,k)", {"attend", "torch"});
+  for (int threads : options.threads) {
+    set_threads(threads, options);
+    std::printf("\n==== %d thread%s, %d alternating rounds of >= %.2f s per contender; times are medians\n", threads,
+                threads > 1 ? "s" : "", options.rounds, options.min_time);
+    print_threads();
+    const double ceiling = sgemm.measure(options, threads, "start", results);
+    const std::string at = attend::detail::message(", ", threads, " thread", threads > 1 ? "s" : "",
+                                                   "; att = attend; t/att above 1: attend is faster");
+    if (options.attention)
+      run_part<Attention>(attention_shapes, attention_table, "multi-head self-attention" + at, options, threads,
+                          ceiling, results,
+                          std::function<bool(const AttentionShape&)>(
+                              [&](const AttentionShape& s) { return s.n <= options.max_n; }));
+    if (options.rnn) run_part<Rnn>(rnn_shapes, rnn_table, "RNN (tanh, batch_first)" + at, options, threads, ceiling,
+                                   results);
+    if (options.conv1d)
+      run_part<Conv>(conv_shapes, conv_table, "Conv1d (padding same)" + at, options, threads, ceiling, results);
+    std::printf("\n");
+    sgemm.measure(options, threads, "end", results);
+  }
 
-  std::vector<std::unique_ptr<Case>> cases;
-  for (const Shape& s : shapes) cases.push_back(std::make_unique<Case>(s));
-  check_agreement(cases);
-
-  register_sgemm();
-  for (auto& c : cases) register_shape(c.get());
-  SummaryReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  benchmark::Shutdown();
+  if (!options.csv.empty()) {
+    write_csv(options.csv, results);
+    std::printf("\nwrote %s\n", options.csv.c_str());
+  }
+  if (!options.json.empty()) {
+    write_json(options.json, config, options, results);
+    std::printf("wrote %s\n", options.json.c_str());
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_vs_libtorch: %s\n", e.what());
+  return 1;
 }
