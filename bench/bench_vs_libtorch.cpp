@@ -10,6 +10,7 @@
 //   --threads=1,2       thread counts to run at, in this order
 //   --rounds=5          alternating rounds per shape; every time printed is the median over the rounds
 //   --min-time=0.1      seconds of calls per contender per round (at least one call)
+//   --long-call=1       a shape whose slowest contender takes longer per call gets at most 3 rounds (n = 8192)
 //   --max-n=8192        leave out the attention shapes with a longer sequence
 //   --parts=attention,rnn,conv1d      which comparisons to run (the sgemm ceiling always runs)
 //   --attend-openblas-threads=N       OpenBLAS's threads during attend's calls; 0: the --threads count. Default 1 in
@@ -42,7 +43,8 @@
 //
 // Method. Each contender runs once and its output is compared with libtorch's (the program stops if they disagree);
 // that call and one more are the warm-up, the second also sets how many calls make one timing (enough for
-// --min-time). Then --rounds rounds: each round times every contender of the shape once, in an order rotated by one
+// --min-time). Then --rounds rounds (at most 3 for a shape whose slowest call takes over --long-call seconds: the
+// multi-second calls at n = 8192): each round times every contender of the shape once, in an order rotated by one
 // per round, so that none always runs first or right after the same other, and slow drifts of the machine's load fall
 // on all alike. The figure of a contender is its median seconds per call over the rounds. At more than one thread a
 // pause of 0.15 s precedes each timing: OpenBLAS's and OpenMP's worker threads spin for a while after their work, and
@@ -103,6 +105,7 @@ struct Options {
   std::vector<int> threads{1, 2};
   int rounds = 5;
   double min_time = 0.1;  // seconds per contender per round
+  double long_call = 1;   // seconds per call above which a shape gets at most 3 rounds
   Index max_n = 8192;
   bool attention = true, rnn = true, conv1d = true;
   std::string csv, json;
@@ -134,6 +137,8 @@ Options parse(int argc, char** argv) {
       options.rounds = std::stoi(value);
     } else if (key == "--min-time") {
       options.min_time = std::stod(value);
+    } else if (key == "--long-call") {
+      options.long_call = std::stod(value);
     } else if (key == "--max-n") {
       options.max_n = std::stol(value);
     } else if (key == "--parts") {
@@ -152,7 +157,7 @@ Options parse(int argc, char** argv) {
       options.json = value;
     } else {
       throw std::invalid_argument("unknown option '" + arg +
-                                  "'; options: --threads=1,2 --rounds=5 --min-time=0.1 --max-n=8192 "
+                                  "'; options: --threads=1,2 --rounds=5 --min-time=0.1 --long-call=1 --max-n=8192 "
                                   "--parts=attention,rnn,conv1d --attend-openblas-threads=N --csv=FILE --json=FILE");
     }
   }
@@ -309,22 +314,25 @@ double median(std::vector<double> values) {
 }
 
 // The method at the top of the file: the contenders' first calls are done (the agreement check); one call more sets
-// the calls per timing, then `rounds` rotated rounds.
+// the calls per timing, then `rounds` rotated rounds (3 when a call of the slowest takes over --long-call seconds).
 std::vector<Measurement> alternate(const std::vector<Contender>& contenders, const Options& options, int threads) {
   const auto pause = [threads] {
     if (threads > 1) std::this_thread::sleep_for(std::chrono::milliseconds(150));
   };
   const std::size_t k = contenders.size();
   std::vector<long> calls(k);
+  double slowest = 0;  // seconds per call of the slowest contender
   for (std::size_t i = 0; i < k; ++i) {
     pause();
     use_openblas_threads(is_attend(contenders[i]));
     const double once = seconds_per_call(contenders[i], 1);
     calls[i] = std::max(1L, static_cast<long>(std::ceil(options.min_time / std::max(once, 1e-9))));
+    slowest = std::max(slowest, once);
   }
+  const int rounds = slowest > options.long_call ? std::min(options.rounds, 3) : options.rounds;
   std::vector<Measurement> result(k);
   for (std::size_t i = 0; i < k; ++i) result[i].name = contenders[i].name;
-  for (int round = 0; round < options.rounds; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     for (std::size_t j = 0; j < k; ++j) {
       const std::size_t i = (j + round) % k;
       pause();
@@ -415,6 +423,7 @@ void write_json(const std::string& path, const nlohmann::ordered_json& config, c
   j["configuration"] = config;
   j["rounds"] = options.rounds;
   j["min_time_s"] = options.min_time;
+  j["long_call_s"] = options.long_call;
   for (const Result& r : results) {
     nlohmann::ordered_json row;
     row["threads"] = r.threads;
@@ -777,8 +786,11 @@ int main(int argc, char** argv) try {
   const Table conv_table("(b,steps,in,out,k)", {"attend", "torch"});
   for (int threads : options.threads) {
     set_threads(threads, options);
-    std::printf("\n==== %d thread%s, %d alternating rounds of >= %.2f s per contender; times are medians\n", threads,
-                threads > 1 ? "s" : "", options.rounds, options.min_time);
+    const std::string fewer = options.rounds > 3 ? attend::detail::message(" (3 where a call takes over ",
+                                                                            options.long_call, " s)")
+                                                 : std::string();
+    std::printf("\n==== %d thread%s; times are medians of %d alternating rounds%s of >= %g s per contender\n", threads,
+                threads > 1 ? "s" : "", options.rounds, fewer.c_str(), options.min_time);
     print_threads();
     const double ceiling = sgemm.measure(options, threads, "start", results);
     const std::string at = attend::detail::message(", ", threads, " thread", threads > 1 ? "s" : "",

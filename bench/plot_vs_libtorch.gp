@@ -4,7 +4,8 @@
 #   gnuplot -c bench/plot_vs_libtorch.gp vs_libtorch.csv attention_vs_libtorch.png [vs_libtorch_blas.csv]
 #
 # One panel per thread count in the CSV (1, 2, ...), x = n on a log scale, y = GFLOP/s = (8 b n d^2 + 4 b n^2 d) /
-# median time. Each implementation has one colour: a solid line through the shapes with d = 256 and 8 heads (n = 128
+# median time. attend is its public module (whichever path it takes); libtorch is nn::MultiheadAttention and the fused
+# at::_native_multi_head_attention. Each implementation has one colour: a solid line through the shapes with d = 256 and 8 heads (n = 128
 # to 8192), a dashed line through those with d = 64 and one head, and a lone point for the seed's (2, 4, 100, 5 heads)
 # at n = 4. The horizontal line is the sgemm 1024^3 ceiling of the same run at that thread count (the faster of
 # OpenBLAS and Eigen, measured before the shapes). A third argument, the CSV of bench_vs_libtorch_blas, adds attend's
@@ -26,10 +27,11 @@ first_threads = int(STATS_min)
 last_threads = int(STATS_max)
 
 # Implementations (the CSV's impl column), their legend names and colours; the series of shapes and their styles.
-impls = "attend attend_tiled torch_mha torch_fused"
-names = "'attend (module)' 'attend, tiled kernel' 'nn::MultiheadAttention' '_native_multi_head_attention'"
-colours = "'#1f4e9c' '#5fa8e0' '#d95f02' '#b2182b'"
-blas_name = "attend, EIGEN_USE_BLAS"
+# (attend_direct and attend_tiled, the module held to one path, are in the CSV and the printed table, not drawn.)
+impls = "attend torch_mha torch_fused"
+names = "'attend (MultiHeadAttention)' 'torch::nn::MultiheadAttention' 'at::_native_multi_head_attention'"
+colours = "'#1f4e9c' '#d95f02' '#b2182b'"
+blas_name = "attend, EIGEN_USE_BLAS (OpenBLAS)"
 blas_colour = "#1b9e77"
 series = "d256_h8 d64_h1 d100_h5"
 
