@@ -21,16 +21,15 @@ namespace attend {
 template <class Scalar>
 class AdditiveAttention : public Module {
  public:
-  // Parameters are drawn in d2l's order: W_k, W_q, w_v.
+  // Parameters are drawn in d2l's order: W_k, W_q, w_v. Every argument is checked before the first draw, so a
+  // constructor that throws leaves `generator` where it was.
   AdditiveAttention(Index key_size, Index query_size, Index num_hiddens, Scalar dropout,
                     Generator& generator = default_generator())
-      : W_k_(checked(key_size, "key_size"), checked(num_hiddens, "num_hiddens"), false, generator),
-        W_q_(checked(query_size, "query_size"), num_hiddens, false, generator),
+      : W_k_(checked(key_size, query_size, num_hiddens, dropout), num_hiddens, false, generator),
+        W_q_(query_size, num_hiddens, false, generator),
         w_v_(num_hiddens, 1, false, generator),
         dropout_(dropout),
-        generator_(generator.next()) {
-    detail::require_probability(dropout, "AdditiveAttention");
-  }
+        generator_(generator.next()) {}
 
   // queries (batch, q, query_size), keys (batch, k, key_size), values (batch, k, v) -> (batch, q, v)
   // mask: none; valid lengths (batch,) or (batch, q); or any Mask, keep tensor (batch or 1, q, k)
@@ -104,9 +103,13 @@ class AdditiveAttention : public Module {
     self.w_v_.visit_parameters(detail::prefixed("w_v.", visit));
   }
 
-  static Index checked(Index size, const char* name) {
-    detail::require_at_least(size, 1, "AdditiveAttention", name);
-    return size;
+  // Checks every constructor argument; returns key_size.
+  static Index checked(Index key_size, Index query_size, Index num_hiddens, Scalar dropout) {
+    detail::require_at_least(key_size, 1, "AdditiveAttention", "key_size");
+    detail::require_at_least(query_size, 1, "AdditiveAttention", "query_size");
+    detail::require_at_least(num_hiddens, 1, "AdditiveAttention", "num_hiddens");
+    detail::require_probability(dropout, "AdditiveAttention");
+    return key_size;
   }
 
   Linear<Scalar> W_k_;

@@ -94,6 +94,8 @@ class Conv1d : public Module {
   // batch * steps * out_channels * in_channels * kernel_size — the GEMM multiplies the padding zeros too.
   // Bias additions are not counted.
   Index multiply_adds(Index batch, Index steps) const {
+    detail::require_at_least(batch, 0, "Conv1d::multiply_adds", "batch");
+    detail::require_at_least(steps, 0, "Conv1d::multiply_adds", "steps");
     return batch * steps * out_channels_ * in_channels_ * kernel_size_;
   }
 

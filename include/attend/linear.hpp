@@ -45,9 +45,15 @@ class Linear : public Module {
     return Y;
   }
 
-  // The same on rows: X (rows, in_features) -> Y (rows, out_features), written in place.
-  // Parameters and shapes must have been checked (require_parameters).
+  // The same on rows: X (rows, in_features) -> Y (rows, out_features), written in place. Checks the parameters
+  // (require_parameters) and both shapes; throws std::invalid_argument, leaving Y as it was, when one is wrong.
   void apply(const Eigen::Ref<const Matrix<Scalar>>& X, Eigen::Ref<Matrix<Scalar>> Y) const {
+    constexpr const char* where = "Linear::apply";
+    require_parameters(where);
+    detail::require(X.cols() == in_features_, where, ": X must have ", in_features_, " columns (in_features), got (",
+                    X.rows(), ", ", X.cols(), ")");
+    detail::require(Y.rows() == X.rows() && Y.cols() == out_features_, where, ": Y must have shape (", X.rows(), ", ",
+                    out_features_, ") (X's rows, out_features), got (", Y.rows(), ", ", Y.cols(), ")");
     Y.noalias() = X * weight_.transpose();
     if (has_bias_) Y.rowwise() += bias_.transpose();
   }

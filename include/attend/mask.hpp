@@ -144,21 +144,32 @@ class Mask {
     return prefix;
   }
 
-  // Row (b, q) of the keep tensor, (num_keys) contiguous; null when there is no keep tensor.
+  // Row (b, q) of the keep tensor, (num_keys) contiguous; null when there is no keep tensor. Throws
+  // std::invalid_argument when b (unless the keep tensor has batch 1) or q is outside the keep tensor.
   const bool* keep_row(Index b, Index q) const {
     if (!keep_) return nullptr;
-    const Index rows = keep_->dimension(0) == 1 ? 0 : b;
+    const bool broadcast = keep_->dimension(0) == 1;
+    if (!broadcast) require_index(b, keep_->dimension(0), "Mask::keep_row", "b");
+    require_index(q, keep_->dimension(1), "Mask::keep_row", "q");
+    const Index rows = broadcast ? 0 : b;
     return keep_->data() + (rows * keep_->dimension(1) + q) * keep_->dimension(2);
   }
 
-  // Whether key j of query q in batch row b is kept: the whole mask, one element.
+  // Whether key j of query q in batch row b is kept: the whole mask, one element. Throws std::invalid_argument when
+  // q or j is out of range (b is checked against the valid lengths and the keep tensor, which know the batch).
   bool keeps(Index b, Index q, Index j, Index num_queries, Index num_keys) const {
+    require_index(q, num_queries, "Mask::keeps", "q");
+    require_index(j, num_keys, "Mask::keeps", "j");
     if (j >= visible_prefix(b, q, num_queries, num_keys)) return false;
     const bool* row = keep_row(b, q);
     return row == nullptr || row[j];
   }
 
  private:
+  static void require_index(Index i, Index size, const char* where, const char* name) {
+    detail::require(i >= 0 && i < size, where, ": ", name, " must be in [0, ", size, "), got ", i);
+  }
+
   static std::string lens_shape(const ValidLens& lens) {
     if (lens.kind() == ValidLens::Kind::per_batch) return detail::message('(', lens.batch(), ",)");
     return detail::message('(', lens.batch(), ", ", lens.queries(), ')');

@@ -41,11 +41,12 @@ Matrix<Scalar> positional_encoding_table(Index max_len, Index num_hiddens,
 template <class Scalar>
 class PositionalEncoding : public Module {
  public:
+  // Every argument is checked before the generator is drawn from: a constructor that throws leaves it as it was.
   PositionalEncoding(Index num_hiddens, Scalar dropout, Index max_len = 1000,
                      Generator& generator = default_generator())
-      : P_(positional_encoding_table<Scalar>(max_len, num_hiddens, "PositionalEncoding")), dropout_(dropout), generator_(generator.next()) {
-    detail::require_probability(dropout, "PositionalEncoding");
-  }
+      : P_(positional_encoding_table<Scalar>(max_len, num_hiddens, "PositionalEncoding")),
+        dropout_(checked_dropout(dropout)),
+        generator_(generator.next()) {}
 
   // (max_len, num_hiddens)
   const Matrix<Scalar>& P() const { return P_; }
@@ -84,6 +85,11 @@ class PositionalEncoding : public Module {
   }
 
  private:
+  static Scalar checked_dropout(Scalar dropout) {
+    detail::require_probability(dropout, "PositionalEncoding");
+    return dropout;
+  }
+
   Matrix<Scalar> P_;  // (max_len, num_hiddens)
   Scalar dropout_;
   Generator generator_;

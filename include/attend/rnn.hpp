@@ -80,6 +80,8 @@ class RNN : public Module {
   // batch * steps * hidden * input, and the recurrent products, batch * (steps - 1) * hidden * hidden (h_0 = 0,
   // so the first step has none). Bias additions and tanh are not counted.
   Index multiply_adds(Index batch, Index steps) const {
+    detail::require_at_least(batch, 0, "RNN::multiply_adds", "batch");
+    detail::require_at_least(steps, 0, "RNN::multiply_adds", "steps");
     const Index recurrent_steps = steps > 0 ? steps - 1 : 0;
     return batch * steps * hidden_size_ * input_size_ + batch * recurrent_steps * hidden_size_ * hidden_size_;
   }

@@ -78,6 +78,12 @@ inline void require_range(Index first, Index last, Index size, const char* where
           "], got [", first, ", ", last, ")");
 }
 
+// Throws unless batch >= 0 and n >= 0: the sizes flops() and sequential_operations() count for.
+inline void require_sizes(Index batch, Index n, const char* where) {
+  require_at_least(batch, 0, where, "batch");
+  require_at_least(n, 0, where, "n");
+}
+
 // Rows [first, last) of every batch row: (batch, last - first, d).
 template <class Scalar>
 Tensor3<Scalar> steps_of(const Tensor3<Scalar>& X, Index first, Index last) {
@@ -160,12 +166,16 @@ class SelfAttentionEncoder {
   // = num_layers * (8 batch n d^2 + 4 batch n^2 d). Not counted: the positional encoding (batch n d additions),
   // the 1/sqrt(d/h) scaling and the softmax (a few operations and one exp per score, O(batch h n^2)).
   double flops(Index batch, Index n) const {
+    detail::require_sizes(batch, n, "SelfAttentionEncoder::flops");
     const double b = static_cast<double>(batch), m = static_cast<double>(n), d = static_cast<double>(num_hiddens());
     return static_cast<double>(num_layers()) * (8 * b * m * d * d + 4 * b * m * m * d);
   }
 
   // One stage per layer, whatever n: O(1) in n.
-  Index sequential_operations(Index /*n*/) const { return num_layers(); }
+  Index sequential_operations(Index n) const {
+    detail::require_sizes(0, n, "SelfAttentionEncoder::sequential_operations");
+    return num_layers();
+  }
 
   // 1 for n >= 2 (one layer connects every pair), 0 for n = 1.
   Index max_path_length_formula(Index n) const {
@@ -285,13 +295,17 @@ class RNNEncoder {
   // a GEMM (batch, d) x (d, d) at every step but the first (h_0 = 0), 2 batch (n - 1) d^2
   // = num_layers * 2 batch (2n - 1) d^2. Not counted: bias additions and tanh (O(batch n d)).
   double flops(Index batch, Index n) const {
+    detail::require_sizes(batch, n, "RNNEncoder::flops");
     const double b = static_cast<double>(batch), m = static_cast<double>(n), d = static_cast<double>(num_hiddens());
     const double recurrent_steps = n > 0 ? m - 1 : 0;
     return static_cast<double>(num_layers()) * 2 * b * (m + recurrent_steps) * d * d;
   }
 
   // One stage per time step of every layer: num_layers * n, O(n).
-  Index sequential_operations(Index n) const { return num_layers() * n; }
+  Index sequential_operations(Index n) const {
+    detail::require_sizes(0, n, "RNNEncoder::sequential_operations");
+    return num_layers() * n;
+  }
 
   // n - 1: x_1 reaches y_n through the steps 2 .. n of the first layer.
   Index max_path_length_formula(Index n) const {
@@ -383,12 +397,16 @@ class CNNEncoder {
   // 2 batch n k d^2 = num_layers * 2 batch n k d^2. Not counted: bias additions and tanh (O(batch n d)), and the
   // gathering (copies).
   double flops(Index batch, Index n) const {
+    detail::require_sizes(batch, n, "CNNEncoder::flops");
     const double b = static_cast<double>(batch), m = static_cast<double>(n), d = static_cast<double>(num_hiddens());
     return static_cast<double>(num_layers()) * 2 * b * m * static_cast<double>(kernel_size()) * d * d;
   }
 
   // One stage per layer, whatever n: O(1) in n.
-  Index sequential_operations(Index /*n*/) const { return num_layers(); }
+  Index sequential_operations(Index n) const {
+    detail::require_sizes(0, n, "CNNEncoder::sequential_operations");
+    return num_layers();
+  }
 
   // Layers for x_1 to reach y_n: ceil((n - 1) / left) with left = floor((k - 1) / 2), or `unreachable` when left is
   // 0 (k = 1 or 2) or the encoder has fewer layers; 0 for n = 1.

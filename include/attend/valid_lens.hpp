@@ -44,12 +44,16 @@ class ValidLens {
   // Number of queries for per-query lengths, 1 for per-batch lengths, 0 when empty.
   Index queries() const { return cols_; }
 
-  // The length that applies to query q of batch row b; callers check the shape first with require_shape().
+  // The length that applies to query q of batch row b (q is ignored for per-batch lengths). Throws
+  // std::invalid_argument when b or q is out of range: callers check the shape first with require_shape().
   Index length(Index b, Index q) const {
     switch (kind_) {
       case Kind::per_batch:
+        require_index(b, rows_, "b");
         return lens_[static_cast<std::size_t>(b)];
       case Kind::per_query:
+        require_index(b, rows_, "b");
+        require_index(q, cols_, "q");
         return lens_[static_cast<std::size_t>(b * cols_ + q)];
       case Kind::none:
         break;
@@ -77,6 +81,10 @@ class ValidLens {
     v.lens_ = std::move(lens);
     v.require_non_negative("ValidLens::per_batch");
     return v;
+  }
+
+  static void require_index(Index i, Index size, const char* name) {
+    detail::require(i >= 0 && i < size, "ValidLens::length: ", name, " must be in [0, ", size, "), got ", i);
   }
 
   void require_non_negative(const char* where) const {
