@@ -30,9 +30,7 @@ template <class Scalar>
 class DotProductAttention : public Module {
  public:
   explicit DotProductAttention(Scalar dropout, Generator& generator = default_generator())
-      : dropout_(dropout), generator_(generator.next()) {
-    detail::require_probability(dropout, "DotProductAttention");
-  }
+      : dropout_(checked_dropout(dropout)), generator_(generator.next()) {}
 
   // queries (batch, q, d), keys (batch, k, d), values (batch, k, v) -> (batch, q, v)
   // mask: none; valid lengths (batch,) or (batch, q); or any Mask, keep tensor (batch or 1, q, k)
@@ -91,6 +89,12 @@ class DotProductAttention : public Module {
   void visit_parameters(Visit&&) const {}
 
  private:
+  // Checked before the generator is drawn from: a constructor that throws leaves the generator as it was.
+  static Scalar checked_dropout(Scalar dropout) {
+    detail::require_probability(dropout, "DotProductAttention");
+    return dropout;
+  }
+
   static void check(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
                     const Mask& mask, const char* where) {
     detail::require_same_dim(queries, keys, 0, where, "queries", "keys", "batch size");

@@ -45,11 +45,11 @@ class MultiHeadAttention : public Module {
   // Parameters are drawn in d2l's order: W_q, W_k, W_v, W_o.
   MultiHeadAttention(Index key_size, Index query_size, Index value_size, Index num_hiddens, Index num_heads,
                      Scalar dropout, bool bias = false, Generator& generator = default_generator())
-      : num_heads_(checked_heads(num_hiddens, num_heads)),
+      : num_heads_(checked_sizes(key_size, query_size, value_size, num_hiddens, num_heads)),
         dropout_(checked_dropout(dropout)),
-        W_q_(checked(query_size, "query_size"), num_hiddens, bias, generator),
-        W_k_(checked(key_size, "key_size"), num_hiddens, bias, generator),
-        W_v_(checked(value_size, "value_size"), num_hiddens, bias, generator),
+        W_q_(query_size, num_hiddens, bias, generator),
+        W_k_(key_size, num_hiddens, bias, generator),
+        W_v_(value_size, num_hiddens, bias, generator),
         W_o_(num_hiddens, num_hiddens, bias, generator),
         generator_(generator.next()) {}
 
@@ -190,11 +190,11 @@ class MultiHeadAttention : public Module {
     self.W_o_.visit_parameters(detail::prefixed("W_o.", visit));
   }
 
-  static Index checked(Index size, const char* name) {
-    detail::require_at_least(size, 1, "MultiHeadAttention", name);
-    return size;
-  }
-  static Index checked_heads(Index num_hiddens, Index num_heads) {
+  // Every size, checked before any parameter is drawn: a constructor that throws leaves the generator as it was.
+  static Index checked_sizes(Index key_size, Index query_size, Index value_size, Index num_hiddens, Index num_heads) {
+    detail::require_at_least(key_size, 1, "MultiHeadAttention", "key_size");
+    detail::require_at_least(query_size, 1, "MultiHeadAttention", "query_size");
+    detail::require_at_least(value_size, 1, "MultiHeadAttention", "value_size");
     detail::require_at_least(num_hiddens, 1, "MultiHeadAttention", "num_hiddens");
     detail::require_at_least(num_heads, 1, "MultiHeadAttention", "num_heads");
     detail::require(num_hiddens % num_heads == 0, "MultiHeadAttention: num_hiddens (", num_hiddens,

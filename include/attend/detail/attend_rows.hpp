@@ -18,8 +18,41 @@
 #include <attend/tensor.hpp>
 #include <attend/threads.hpp>
 
+#include <algorithm>
+
 namespace attend {
 namespace detail {
+
+// output = weights @ values, where a key the mask hides from a row is never read for that row: its weight is exactly
+// 0 and, normally, 0 * value = 0 adds nothing, but 0 * NaN and 0 * inf are NaN. So when the values hold a non-finite
+// number (checked in O(keys * value_dim), against the product's O(queries * keys * value_dim)), each row sums over its
+// visible keys only; a row that sees no key follows its rule (uniform: the mean of every value row, d2l's result;
+// zero: 0). weights: (queries, keys); values: (keys, value_dim); output: (queries, value_dim).
+template <class Weights, class Values, class Output>
+void weights_times_values(const Eigen::MatrixBase<Weights>& weights, const Mask& mask, Index b,
+                          const Eigen::MatrixBase<Values>& values, Eigen::MatrixBase<Output>& output, bool tiny) {
+  if (mask.empty() || values.allFinite()) {
+    if (tiny) {
+      output.noalias() = weights.lazyProduct(values);  // Eigen's GEMM costs more to set up than to run
+    } else {
+      output.noalias() = weights * values;
+    }
+    return;
+  }
+  const Index num_queries = weights.rows(), num_keys = weights.cols();
+  for (Index i = 0; i < num_queries; ++i) {
+    const Index prefix = std::min(mask.visible_prefix(b, i, num_queries, num_keys), num_keys);
+    const bool* keep = mask.keep_row(b, i);
+    bool sees_a_key = false;
+    output.row(i).setZero();
+    for (Index j = 0; j < prefix; ++j) {
+      if (keep != nullptr && !keep[j]) continue;
+      sees_a_key = true;
+      output.row(i) += weights(i, j) * values.row(j);
+    }
+    if (!sees_a_key && mask.fully_masked() == FullyMasked::uniform) output.row(i).noalias() = weights.row(i) * values;
+  }
+}
 
 // scores: (queries, keys), row-major, in place -> weights
 // values: (keys, value_dim); output: (queries, value_dim)
@@ -29,11 +62,11 @@ void attend_rows(Eigen::MatrixBase<Scores>& scores, const Mask& mask, Index b, c
                  Eigen::MatrixBase<Output>& output, Scalar dropout, Generator* generator) {
   masked_softmax_block(scores, mask, b);
   if (generator == nullptr) {
-    output.noalias() = scores * values;
+    weights_times_values(scores, mask, b, values, output, false);
   } else {
     Matrix<Scalar> dropped = scores;  // (queries, keys)
     dropout_inplace(dropped, dropout, *generator);
-    output.noalias() = dropped * values;
+    weights_times_values(dropped, mask, b, values, output, false);
   }
 }
 
@@ -72,14 +105,13 @@ void scaled_dot_product_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const E
       scores.noalias() = scale * (Qh * Kh.transpose());
     }
     masked_softmax_block(scores, mask, b);
+    const bool tiny = num_queries * num_keys * dv <= tiny_product;
     if (generator != nullptr) {
       Matrix<Scalar> dropped = scores;  // (queries, keys); the kept weights are those before dropout
       dropout_inplace(dropped, dropout, *generator);
-      out.noalias() = dropped * Vh;
-    } else if (num_queries * num_keys * dv <= tiny_product) {
-      out.noalias() = scores.lazyProduct(Vh);
+      weights_times_values(dropped, mask, b, Vh, out, tiny);
     } else {
-      out.noalias() = scores * Vh;
+      weights_times_values(scores, mask, b, Vh, out, tiny);
     }
   };
   // Dropout draws from one generator in (batch row, head) order: serial. Otherwise the pairs are independent, each

@@ -168,7 +168,7 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
           if (keep[k0 + j]) {
             kept = true;
           } else {
-            row(j) = std::numeric_limits<Scalar>::lowest();  // below every kept score; exp(lowest - m) is flushed to 0
+            row(j) = -std::numeric_limits<Scalar>::infinity();  // exp(-inf - m) = 0 for any finite maximum m
           }
         }
         if (!kept) {  // only holes here: nothing to add (the row's first kept key came in an earlier block)
@@ -178,6 +178,10 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
       }
       auto seen = row.segment(lo, hi - lo);  // (hi - lo)
       const Scalar block_max = seen.maxCoeff();
+      if (block_max == -std::numeric_limits<Scalar>::infinity()) {  // every visible score -inf (an overflow): each
+        row.setZero();  // weight is 0 beside any finite score, so the block adds nothing (and -inf - -inf is no max)
+        continue;
+      }
       Scalar& m = ws.m(i);
       Scalar& l = ws.l(i);
       Scalar rescale = Scalar(1);  // a = exp(m_old - m_new)
@@ -193,7 +197,17 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
       l = rescale * l + seen_sum;
       if (rescale != Scalar(1)) O.row(i) *= rescale;
     }
-    O.noalias() += S * V.block(key_row0 + k0, h * dv, bc, dv);
+    const auto Vb = V.block(key_row0 + k0, h * dv, bc, dv);  // (bc, dv)
+    if (Vb.allFinite()) {
+      O.noalias() += S * Vb;
+    } else {  // 0 * NaN is NaN: each row adds its visible keys only, so a masked key's value row is never read
+      for (Index i = 0; i < br; ++i) {
+        const auto r = static_cast<std::size_t>(i);
+        const Index lo = std::clamp(ws.first[r] - k0, Index(0), bc), hi = std::clamp(ws.last[r] - k0, Index(0), bc);
+        for (Index j = lo; j < hi; ++j)
+          if (ws.keep[r] == nullptr || ws.keep[r][k0 + j]) O.row(i) += S(i, j) * Vb.row(j);
+      }
+    }
   }
 
   // The head's mean value row, only when some row needs FullyMasked::uniform.
