@@ -194,6 +194,22 @@ TEMPLATE_TEST_CASE("Both paths give the same bits with 1 and 2 threads", "[atten
   }
   attend::set_num_threads(before);
 }
+
+TEMPLATE_TEST_CASE("Linear, RNN and Conv1d give the same bits with 1 and 2 threads", "[attention_path]", float,
+                   double) {
+  const int before = attend::num_threads();
+  const attend::Linear<TestType> linear(48, 40);
+  const attend::RNN<TestType> rnn(48, 64);
+  const attend::Conv1d<TestType> conv(48, 32, 5);
+  const Tensor3<TestType> X = random_tensor<TestType>(3, 300, 48, 4);  // 900 rows: four chunks of 256
+  attend::set_num_threads(1);
+  const Tensor3<TestType> by_linear = linear(X), by_rnn = rnn(X), by_conv = conv(X);
+  attend::set_num_threads(2);
+  REQUIRE(same_bits(by_linear, linear(X)));
+  REQUIRE(same_bits(by_rnn, rnn(X)));
+  REQUIRE(same_bits(by_conv, conv(X)));
+  attend::set_num_threads(before);
+}
 #endif
 
 TEST_CASE("set_num_threads checks its argument", "[attention_path]") {

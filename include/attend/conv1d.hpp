@@ -21,6 +21,7 @@
 #pragma once
 
 #include <algorithm>
+#include <attend/detail/project_rows.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
 #include <attend/state_dict.hpp>
@@ -85,8 +86,8 @@ class Conv1d : public Module {
     Eigen::Map<const Matrix<Scalar>> W(weight_.data(), out_channels_, width);  // (out, in * k)
     Tensor3<Scalar> Y(batch, steps, out_channels_);                              // (batch, steps, out)
     auto rows = detail::as_matrix(Y);                                            // (batch * steps, out)
-    rows.noalias() = columns * W.transpose();
-    if (has_bias_) rows.rowwise() += bias_.transpose();
+    detail::project_rows<Scalar>(columns, {{W.data(), out_channels_, has_bias_ ? bias_.data() : nullptr, rows.data(),
+                                            out_channels_}});  // row chunks among the threads, any count same bits
     return Y;
   }
 

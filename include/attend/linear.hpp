@@ -6,6 +6,7 @@
 // row by row, then b. state_dict() names them as nn.Linear does: "weight", and "bias" when has_bias().
 #pragma once
 
+#include <attend/detail/project_rows.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
 #include <attend/state_dict.hpp>
@@ -54,8 +55,9 @@ class Linear : public Module {
                     X.rows(), ", ", X.cols(), ")");
     detail::require(Y.rows() == X.rows() && Y.cols() == out_features_, where, ": Y must have shape (", X.rows(), ", ",
                     out_features_, ") (X's rows, out_features), got (", Y.rows(), ", ", Y.cols(), ")");
-    Y.noalias() = X * weight_.transpose();
-    if (has_bias_) Y.rowwise() += bias_.transpose();
+    // Chunks of rows shared among the threads (detail/project_rows.hpp): the same bits for any number of them.
+    detail::project_rows<Scalar>(X, {{weight_.data(), out_features_, has_bias_ ? bias_.data() : nullptr, Y.data(),
+                                      Y.outerStride()}});
   }
 
   // "weight" (out_features, in_features), "bias" (out_features) when has_bias(); see state_dict.hpp.

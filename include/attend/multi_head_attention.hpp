@@ -153,18 +153,18 @@ class MultiHeadAttention : public Module {
                       bool tiled) const {
     const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
     const Index num_hiddens = W_o_.out_features();
-    const auto bias = [](const Linear<Scalar>& linear) { return linear.has_bias() ? linear.bias().data() : nullptr; };
     ws.Q.resize(batch * num_queries, num_hiddens);  // (batch * q, num_hiddens)
     ws.K.resize(batch * num_keys, num_hiddens);     // (batch * k, num_hiddens)
     ws.V.resize(batch * num_keys, num_hiddens);     // (batch * k, num_hiddens)
-    if (&queries == &keys && &keys == &values) {    // self-attention: one pass over X for Q, K and V
-      detail::project_rows<Scalar>(detail::as_matrix(queries), {{&W_q_.weight(), bias(W_q_), ws.Q.data()},
-                                                                {&W_k_.weight(), bias(W_k_), ws.K.data()},
-                                                                {&W_v_.weight(), bias(W_v_), ws.V.data()}});
+    const auto into = [](const Linear<Scalar>& linear, Matrix<Scalar>& Y) {
+      return detail::projection(linear.weight(), linear.bias(), Y.data());
+    };
+    if (&queries == &keys && &keys == &values) {  // self-attention: one pass over X for Q, K and V
+      detail::project_rows<Scalar>(detail::as_matrix(queries), {into(W_q_, ws.Q), into(W_k_, ws.K), into(W_v_, ws.V)});
     } else {
-      detail::project_rows<Scalar>(detail::as_matrix(queries), {{&W_q_.weight(), bias(W_q_), ws.Q.data()}});
-      detail::project_rows<Scalar>(detail::as_matrix(keys), {{&W_k_.weight(), bias(W_k_), ws.K.data()}});
-      detail::project_rows<Scalar>(detail::as_matrix(values), {{&W_v_.weight(), bias(W_v_), ws.V.data()}});
+      detail::project_rows<Scalar>(detail::as_matrix(queries), {into(W_q_, ws.Q)});
+      detail::project_rows<Scalar>(detail::as_matrix(keys), {into(W_k_, ws.K)});
+      detail::project_rows<Scalar>(detail::as_matrix(values), {into(W_v_, ws.V)});
     }
 
     ws.heads.resize(batch * num_queries, num_hiddens);  // (batch * q, num_heads * d): concatenated heads
@@ -178,7 +178,7 @@ class MultiHeadAttention : public Module {
     }
 
     Tensor3<Scalar> output(batch, num_queries, num_hiddens);  // (batch, q, num_hiddens)
-    detail::project_rows<Scalar>(ws.heads, {{&W_o_.weight(), bias(W_o_), output.data()}});
+    detail::project_rows<Scalar>(ws.heads, {detail::projection(W_o_.weight(), W_o_.bias(), output.data())});
     return output;
   }
 

@@ -16,10 +16,12 @@
 // nn.RNN's names: weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0.
 #pragma once
 
+#include <attend/detail/project_rows.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
+#include <attend/threads.hpp>
 #include <cmath>
 
 namespace attend {
@@ -62,17 +64,22 @@ class RNN : public Module {
 
     // 1. Input projection of every (batch row, step) at once, both biases folded in.
     auto projected = detail::as_matrix(H);  // (batch * steps, hidden), row b * steps + t
-    projected.noalias() = detail::as_matrix(X) * weight_ih_.transpose();
-    projected.rowwise() += (bias_ih_ + bias_hh_).transpose();
+    const Vector<Scalar> bias = bias_ih_ + bias_hh_;  // (hidden)
+    detail::project_rows<Scalar>(detail::as_matrix(X), {detail::projection(weight_ih_, bias, projected.data())});
 
     // 2. The recurrence. Seen as (batch, steps * hidden), columns t * hidden .. of H are step t of every batch
     //    row: a (batch, hidden) view with row stride steps * hidden.
+    //    The steps are sequential and each is a small product: they run on one thread (detail::on_one_thread keeps
+    //    Eigen from splitting each step's product among threads, which costs more than it saves and would make
+    //    the result depend on the thread count).
     Eigen::Map<Matrix<Scalar>> rows(H.data(), batch, steps * hidden);  // (batch, steps * hidden)
-    for (Index t = 0; t < steps; ++t) {
-      auto h = rows.middleCols(t * hidden, hidden);  // (batch, hidden): x_t W_ih^T + b_ih + b_hh, then h_t
-      if (t > 0) h.noalias() += rows.middleCols((t - 1) * hidden, hidden) * weight_hh_.transpose();  // h_{t-1}
-      h.array() = h.array().tanh();
-    }
+    detail::on_one_thread([&] {
+      for (Index t = 0; t < steps; ++t) {
+        auto h = rows.middleCols(t * hidden, hidden);  // (batch, hidden): x_t W_ih^T + b_ih + b_hh, then h_t
+        if (t > 0) h.noalias() += rows.middleCols((t - 1) * hidden, hidden) * weight_hh_.transpose();  // h_{t-1}
+        h.array() = h.array().tanh();
+      }
+    });
     return H;
   }
 

@@ -7,7 +7,7 @@
 // Work is split into pieces that do not depend on the number of threads (chunks of rows, (batch row, head, query
 // block) items), each piece computed by one thread in a fixed order, so results are bit-identical for 1 and N
 // threads. Eigen's own GEMM threading, whose blocking changes with the thread count, is never relied on: every
-// product attend runs is inside one of these pieces.
+// product attend runs is inside one of these pieces, or inside on_one_thread().
 #pragma once
 
 #include <attend/tensor.hpp>
@@ -64,6 +64,15 @@ void parallel_for(Index count, Body&& body) {
   }
 #endif
   for (Index i = 0; i < count; ++i) body(i, 0);
+}
+
+// Runs body() on the calling thread with Eigen's products kept serial: inside a team of num_threads() threads of
+// which only one works, when OpenMP is on and we are not in a parallel region already (Eigen would otherwise split
+// a large product among threads, with a blocking, and so a rounding, that depends on their number). body must not
+// throw.
+template <class Body>
+void on_one_thread(Body&& body) {
+  parallel_for(1, [&](Index, int) { body(); });
 }
 
 }  // namespace detail

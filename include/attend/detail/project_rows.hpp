@@ -21,27 +21,35 @@ constexpr Index rows_per_chunk = 256;
 // One projection of a batch of rows: X (rows, in) -> Y (rows, out) = X W^T + b.
 template <class Scalar>
 struct Projection {
-  const Matrix<Scalar>* W;  // (out, in)
-  const Scalar* bias;       // (out), or null
-  Scalar* Y;                // (rows, out), contiguous, row-major
+  const Scalar* W;     // (out, in), contiguous, row-major
+  Index out;           // W's rows
+  const Scalar* bias;  // (out), or null
+  Scalar* Y;           // (rows, out), row-major, rows y_stride apart
+  Index y_stride;
 };
+
+// A projection from a weight matrix and a bias vector (empty: none) into a contiguous Y (rows, W.rows()).
+template <class Scalar>
+Projection<Scalar> projection(const Matrix<Scalar>& W, const Vector<Scalar>& bias, Scalar* Y) {
+  return {W.data(), W.rows(), bias.size() > 0 ? bias.data() : nullptr, Y, W.rows()};
+}
 
 // Every projection of `projections` applied to the same X (rows, in); see the top of this file. Shapes must have
 // been checked by the caller.
 template <class Scalar>
 void project_rows(const Eigen::Ref<const Matrix<Scalar>>& X, std::initializer_list<Projection<Scalar>> projections) {
-  const Index rows = X.rows();
+  using Rows = Eigen::Map<Matrix<Scalar>, 0, Eigen::OuterStride<>>;
+  const Index rows = X.rows(), in = X.cols();
   if (rows == 0) return;
   const Index chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
   parallel_for(chunks, [&](Index c, int) {
     const Index r0 = c * rows_per_chunk, n = std::min(rows_per_chunk, rows - r0);
     const auto Xc = X.middleRows(r0, n);  // (n, in)
     for (const Projection<Scalar>& p : projections) {
-      const Index out = p.W->rows();
-      Eigen::Map<Matrix<Scalar>> Yc(p.Y + r0 * out, n, out);  // (n, out)
-      Yc.noalias() = Xc * p.W->transpose();
-      if (p.bias != nullptr)
-        Yc.rowwise() += Eigen::Map<const Eigen::Matrix<Scalar, 1, Eigen::Dynamic>>(p.bias, out);
+      const Eigen::Map<const Matrix<Scalar>> W(p.W, p.out, in);            // (out, in)
+      Rows Yc(p.Y + r0 * p.y_stride, n, p.out, Eigen::OuterStride<>(p.y_stride));  // (n, out)
+      Yc.noalias() = Xc * W.transpose();
+      if (p.bias != nullptr) Yc.rowwise() += Eigen::Map<const Eigen::Matrix<Scalar, 1, Eigen::Dynamic>>(p.bias, p.out);
     }
   });
 }
