@@ -475,7 +475,7 @@ struct AttentionShape {
 };
 
 // From the seed's example to n = 8192: a mid-size batch, then d = 256 with 8 heads up to n = 8192, and one head of
-// d = 64 (the long-sequence case of the memory target) at n = 2048 and 8192.
+// d = 64 (the long-sequence case of the memory target: n = 16384 under 128 MiB) at n = 2048 and 8192.
 const AttentionShape attention_shapes[] = {{2, 4, 100, 5},     {8, 128, 256, 8},   {4, 512, 256, 8},
                                            {1, 1024, 256, 8},  {1, 2048, 64, 1},   {1, 2048, 256, 8},
                                            {1, 4096, 256, 8},  {1, 8192, 64, 1},   {1, 8192, 256, 8}};

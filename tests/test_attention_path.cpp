@@ -22,7 +22,7 @@ using attend_test::random_tensor;
 
 namespace {
 
-// The agreement between the paths: 1e-5 relative in float, 1e-12 in double (absolute part for outputs that
+// The agreement required between the paths: 1e-5 relative in float, 1e-12 in double (absolute part for outputs that
 // cancel to near 0).
 template <class Scalar>
 attend_test::Tolerance<Scalar> path_tolerance();

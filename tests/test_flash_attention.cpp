@@ -30,7 +30,7 @@ using attend::detail::FlashBlocks;
 
 namespace {
 
-// What the issue asks of the kernel: the direct path's result to 1e-5 relative in float and 1e-12 in double; the
+// The agreement asked of the kernel: the direct path's result to 1e-5 relative in float and 1e-12 in double; the
 // absolute part covers outputs that cancel to near 0 (each output is a convex combination of values in [-1, 1]).
 template <class Scalar>
 attend_test::Tolerance<Scalar> flash_tolerance();

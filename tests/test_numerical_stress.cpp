@@ -24,7 +24,7 @@
 //     output projection) of total length n_chain, bounded a priori by eps_float (n_chain + 8) relative to the scale
 //     of the values involved, 8 for the exp and the division (see float_double_tolerance; measured: 40 times below)
 //
-// NaN, infinity and overflow, the behaviour documented here (see also the report of issue #6):
+// NaN, infinity and overflow, the behaviour documented here (and in the README, "Reliability"):
 //   1. a NaN in query row i makes output row i NaN (all its features); every other output is bit for bit what the
 //      clean input gives;
 //   2. a NaN in the key or value row of key j makes NaN the outputs of exactly the queries that see key j (not masked
