@@ -521,7 +521,7 @@ std::optional<Tensor3<Scalar>> forward_checked(const std::string& what, Module& 
 }
 
 // The change between a module's two calls, as the next byte says (mod 4):
-//   0  none    1  one input gets another shape (next bytes: which input, which axis, the new size)
+//   0  none    1  one input gets another shape (next bytes: which input, which axis, the new size, the tensor)
 //   2  a parameter is resized (next byte: which)
 //   3  a new mask (attention modules; next bytes: the batch, queries and keys it is meant for (mod 9), the mask)
 // and, when the byte's bit 2 is set, the module switches mode (training <-> evaluation). `resized` becomes true
