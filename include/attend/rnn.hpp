@@ -73,7 +73,8 @@ class RNN : public Module {
     //    Eigen from splitting each step's product among threads, which costs more than it saves and would make
     //    the result depend on the thread count).
     Eigen::Map<Matrix<Scalar>> rows(H.data(), batch, steps * hidden);  // (batch, steps * hidden)
-    detail::on_one_thread([&] {
+    const double step_product = static_cast<double>(batch) * static_cast<double>(hidden) * static_cast<double>(hidden);
+    detail::on_one_thread(step_product, [&] {
       for (Index t = 0; t < steps; ++t) {
         auto h = rows.middleCols(t * hidden, hidden);  // (batch, hidden): x_t W_ih^T + b_ih + b_hh, then h_t
         if (t > 0) h.noalias() += rows.middleCols((t - 1) * hidden, hidden) * weight_hh_.transpose();  // h_{t-1}

@@ -119,7 +119,9 @@ void scaled_dot_product_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const E
   if (generator != nullptr) {
     for (Index bh = 0; bh < batch * num_heads; ++bh) pair(bh);
   } else {
-    parallel_for(batch * num_heads, [&](Index bh, int) { pair(bh); });
+    const double pair_work = static_cast<double>(num_queries) * static_cast<double>(num_keys);  // times a width
+    parallel_for(batch * num_heads, pair_work * static_cast<double>(std::max(d, dv)),
+                 pair_work * static_cast<double>(batch * num_heads * (d + dv)), [&](Index bh, int) { pair(bh); });
   }
 }
 

@@ -255,7 +255,11 @@ void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
   // Sized before the parallel region, so that running out of memory throws instead of ending the program there.
   spaces.resize(static_cast<std::size_t>(num_threads()));
   for (FlashWorkspace<Scalar>& ws : spaces) ws.resize(blocks, d, dv);
-  parallel_for(items, [&](Index item, int thread) {
+  const double tile = static_cast<double>(blocks.query_rows) * static_cast<double>(blocks.key_rows);
+  const double all_pairs = static_cast<double>(batch * num_heads) * static_cast<double>(num_queries) *
+                           static_cast<double>(num_keys);
+  parallel_for(items, tile * static_cast<double>(std::max(d, dv)), all_pairs * static_cast<double>(d + dv),
+               [&](Index item, int thread) {
     const Index qb = item % query_blocks, bh = item / query_blocks;
     const Index q0 = qb * blocks.query_rows;
     flash_attention_block<Scalar>(Q, K, V, num_queries, num_keys, bh / num_heads, bh % num_heads, q0,

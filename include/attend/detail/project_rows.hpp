@@ -42,7 +42,13 @@ void project_rows(const Eigen::Ref<const Matrix<Scalar>>& X, std::initializer_li
   const Index rows = X.rows(), in = X.cols();
   if (rows == 0) return;
   const Index chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-  parallel_for(chunks, [&](Index c, int) {
+  double width = 0, widest = 0;  // sum and largest of the projections' out
+  for (const Projection<Scalar>& p : projections) {
+    width += static_cast<double>(p.out);
+    widest = std::max(widest, static_cast<double>(p.out));
+  }
+  const double chunk_rows = static_cast<double>(std::min(rows, rows_per_chunk)), depth = static_cast<double>(in);
+  parallel_for(chunks, chunk_rows * depth * widest, static_cast<double>(rows) * depth * width, [&](Index c, int) {
     const Index r0 = c * rows_per_chunk, n = std::min(rows_per_chunk, rows - r0);
     const auto Xc = X.middleRows(r0, n);  // (n, in)
     for (const Projection<Scalar>& p : projections) {
