@@ -117,7 +117,7 @@ Index measured_path_length(Encoder& encoder, const Tensor3<Scalar>& X, Index fro
   const Index n = X.dimension(1);
   detail::require(X.dimension(0) >= 1 && n >= 1 && X.dimension(2) >= 1, where,
                   ": X must have at least 1 batch row, 1 step and 1 feature, got shape ",
-                  detail::shape_string(X.dimensions()));
+                  detail::shape_text(X.dimensions()));
   detail::require(from >= 0 && from < n, where, ": from must be a position in [0, ", n, "), got ", from);
   detail::require(to >= 0 && to < n, where, ": to must be a position in [0, ", n, "), got ", to);
 

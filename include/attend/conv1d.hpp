@@ -124,7 +124,7 @@ class Conv1d : public Module {
     detail::require(weight_.dimension(0) == out_channels_ && weight_.dimension(1) == in_channels_ &&
                         weight_.dimension(2) == kernel_size_,
                     where, ": weight must have shape (", out_channels_, ", ", in_channels_, ", ", kernel_size_,
-                    ") (out_channels, in_channels, kernel_size), got ", detail::shape_string(weight_.dimensions()));
+                    ") (out_channels, in_channels, kernel_size), got ", detail::shape_text(weight_.dimensions()));
     const Index bias_size = has_bias_ ? out_channels_ : 0;
     detail::require(bias_.size() == bias_size, where, ": bias must have shape (", bias_size, ",), got (", bias_.size(),
                     ",)");

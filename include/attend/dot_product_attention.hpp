@@ -102,7 +102,7 @@ class DotProductAttention : public Module {
     detail::require_same_dim(queries, keys, 2, where, "queries", "keys", "feature size");
     detail::require_same_dim(keys, values, 1, where, "keys", "values", "number of steps");
     detail::require(queries.dimension(2) >= 1, where, ": queries must have at least 1 feature, got shape ",
-                    detail::shape_string(queries.dimensions()));
+                    detail::shape_text(queries.dimensions()));
     mask.require_shape(queries.dimension(0), queries.dimension(1), keys.dimension(1), where);
   }
 

@@ -62,7 +62,7 @@ const NamedTensor<Scalar>* torch_tensor(const StateDict<Scalar>& dict, const std
   if (found == dict.end()) return nullptr;
   const NamedTensor<Scalar>& tensor = found->second;
   const auto count = element_count(tensor.shape);
-  require(count && *count == tensor.values.size(), where, ": ", quoted(name), " has shape ", shape_string(tensor.shape),
+  require(count && *count == tensor.values.size(), where, ": ", quoted(name), " has shape ", shape_text(tensor.shape),
           " but ", tensor.values.size(), " values");
   return &tensor;
 }
@@ -71,8 +71,8 @@ const NamedTensor<Scalar>* torch_tensor(const StateDict<Scalar>& dict, const std
 template <class Scalar>
 void require_torch_shape(const NamedTensor<Scalar>& tensor, const std::vector<Index>& shape, const std::string& name,
                          const char* what, const char* where) {
-  require(tensor.shape == shape, where, ": ", quoted(name), " must have shape ", shape_string(shape), " ", what,
-          ", got ", shape_string(tensor.shape));
+  require(tensor.shape == shape, where, ": ", quoted(name), " must have shape ", shape_text(shape), " ", what,
+          ", got ", shape_text(tensor.shape));
 }
 
 // Rows [first, first + rows) of a row-major (rows_total, cols) tensor, or elements [first, first + rows) of a
@@ -114,7 +114,7 @@ MultiHeadAttention<Scalar> multi_head_attention_from_torch(const StateDict<Scala
     const auto& W = *tensor("in_proj_weight");
     detail::require(W.rank() == 2 && W.shape[1] >= 1 && W.shape[0] == 3 * W.shape[1], where,
                     ": \"in_proj_weight\" must have shape (3 * embed_dim, embed_dim), got ",
-                    detail::shape_string(W.shape));
+                    detail::shape_text(W.shape));
     E = kdim = vdim = W.shape[1];
     d2l["W_q.weight"] = detail::torch_rows(W, 0, E, E);
     d2l["W_k.weight"] = detail::torch_rows(W, E, E, E);
@@ -123,7 +123,7 @@ MultiHeadAttention<Scalar> multi_head_attention_from_torch(const StateDict<Scala
     const auto& W_q = *tensor("q_proj_weight");
     detail::require(W_q.rank() == 2 && W_q.shape[0] >= 1 && W_q.shape[0] == W_q.shape[1], where,
                     ": \"q_proj_weight\" must have shape (embed_dim, embed_dim), got ",
-                    detail::shape_string(W_q.shape));
+                    detail::shape_text(W_q.shape));
     E = W_q.shape[0];
     for (const char* name : {"k_proj_weight", "v_proj_weight"}) {
       const auto* W = tensor(name);
@@ -132,7 +132,7 @@ MultiHeadAttention<Scalar> multi_head_attention_from_torch(const StateDict<Scala
                       "v_proj_weight)");
       detail::require(W->rank() == 2 && W->shape[0] == E && W->shape[1] >= 1, where, ": ", detail::quoted(name),
                       " must have shape (", E, ", ", name[0] == 'k' ? "kdim" : "vdim", ") (embed_dim, ",
-                      name[0] == 'k' ? "kdim" : "vdim", "), got ", detail::shape_string(W->shape));
+                      name[0] == 'k' ? "kdim" : "vdim", "), got ", detail::shape_text(W->shape));
     }
     kdim = tensor("k_proj_weight")->shape[1];
     vdim = tensor("v_proj_weight")->shape[1];

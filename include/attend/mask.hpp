@@ -126,11 +126,11 @@ class Mask {
     const bool ok = d[1] == num_queries && d[2] == num_keys && (d[0] == batch || d[0] == 1);
     if (batch == 1) {
       detail::require(ok, where, ": mask's keep tensor must have shape (1, ", num_queries, ", ", num_keys,
-                      ") (batch, queries, keys), got ", detail::shape_string(d));
+                      ") (batch, queries, keys), got ", detail::shape_text(d));
     } else {
       detail::require(ok, where, ": mask's keep tensor must have shape (", batch, ", ", num_queries, ", ", num_keys,
                       ") or (1, ", num_queries, ", ", num_keys, ") (batch or 1, queries, keys), got ",
-                      detail::shape_string(d));
+                      detail::shape_text(d));
     }
   }
 
@@ -204,7 +204,7 @@ class Mask {
     detail::require(da[1] == db[1] && da[2] == db[2] && (da[0] == db[0] || da[0] == 1 || db[0] == 1),
                     "Mask &&: keep tensors must have the same (queries, keys) and batch sizes that are equal or 1, "
                     "got ",
-                    detail::shape_string(da), " and ", detail::shape_string(db));
+                    detail::shape_text(da), " and ", detail::shape_text(db));
     const Index batch = da[0] == 1 ? db[0] : da[0];
     Tensor3<bool> both(batch, da[1], da[2]);  // (batch, queries, keys)
     for (Index r = 0; r < batch; ++r)

@@ -70,7 +70,7 @@ class PositionalEncoding : public Module {
   Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) {
     detail::require_dim(X, 2, num_hiddens(), "PositionalEncoding", "X", "features (num_hiddens)");
     detail::require(X.dimension(1) <= max_len(), "PositionalEncoding: X has ", X.dimension(1),
-                    " steps, more than max_len (", max_len(), "), shape ", detail::shape_string(X.dimensions()));
+                    " steps, more than max_len (", max_len(), "), shape ", detail::shape_text(X.dimensions()));
     const Index steps = X.dimension(1);
     Tensor3<Scalar> Y(X.dimensions());  // (batch, steps, num_hiddens)
     for (Index b = 0; b < X.dimension(0); ++b) {

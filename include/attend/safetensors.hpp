@@ -321,11 +321,11 @@ class SafetensorsFile {
     }
     // A zero anywhere makes the product 0, however large the other dimensions.
     if (!count && std::find(out.shape.begin(), out.shape.end(), Index(0)) == out.shape.end())
-      fail_in(name, "shape ", shape_string(out.shape), " has more elements than 64 bits can count (overflow)");
+      fail_in(name, "shape ", shape_text(out.shape), " has more elements than 64 bits can count (overflow)");
     const std::uint64_t elements = count ? *count : 0;
     const auto bytes = checked_multiply(elements, element_size);
     if (!bytes)
-      fail_in(name, "shape ", shape_string(out.shape), " of ", out.dtype, " has more bytes than 64 bits can count (overflow)");
+      fail_in(name, "shape ", shape_text(out.shape), " of ", out.dtype, " has more bytes than 64 bits can count (overflow)");
 
     const auto& offsets = json.at("data_offsets");
     if (!offsets.is_array() || offsets.size() != 2)
@@ -338,7 +338,7 @@ class SafetensorsFile {
       fail_in(name, "data_offsets [", out.begin, ", ", out.end, "] run past the end of the data (", data_length,
                 " bytes; is the file truncated?)");
     if (out.end - out.begin != *bytes)
-      fail_in(name, "dtype ", out.dtype, " and shape ", shape_string(out.shape), " need ", *bytes,
+      fail_in(name, "dtype ", out.dtype, " and shape ", shape_text(out.shape), " need ", *bytes,
                 " bytes, but data_offsets [", out.begin, ", ", out.end, "] hold ", out.end - out.begin);
     return out;
   }
@@ -460,9 +460,9 @@ void save_safetensors(const std::string& path, const StateDict<Scalar>& dict, co
     detail::require(name != "__metadata__", where, ": \"__metadata__\" is reserved and cannot name a tensor");
     const auto count = detail::element_count(tensor.shape);
     detail::require(count.has_value(), where, ": tensor ", detail::quoted(name), " has shape ",
-                    detail::shape_string(tensor.shape), ": dimensions must be non-negative, their product at most 2^64");
+                    detail::shape_text(tensor.shape), ": dimensions must be non-negative, their product at most 2^64");
     detail::require(*count == tensor.values.size(), where, ": tensor ", detail::quoted(name), " has shape ",
-                    detail::shape_string(tensor.shape), " (", *count, " values) but ", tensor.values.size(),
+                    detail::shape_text(tensor.shape), " (", *count, " values) but ", tensor.values.size(),
                     " values");
     const std::uint64_t bytes = *count * sizeof(Scalar);
     auto& entry = header[name] = nlohmann::ordered_json::object();

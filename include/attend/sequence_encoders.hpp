@@ -69,7 +69,7 @@ inline void require_layer(Index layer, Index num_layers, const char* where) {
 template <class Scalar>
 void require_stage(Index s, Index stages, const Tensor3<Scalar>& H, const char* where) {
   require(s >= 0 && s < stages, where, ": stage must be in [0, ", stages, ") for H of shape ",
-          shape_string(H.dimensions()), ", got ", s);
+          shape_text(H.dimensions()), ", got ", s);
 }
 
 // Throws unless 0 <= first <= last <= size; `what` names the range.
@@ -200,7 +200,7 @@ class SelfAttentionEncoder {
     constexpr const char* where = "SelfAttentionEncoder";
     detail::require_dim(X, 2, num_hiddens(), where, name, "features (num_hiddens)");
     detail::require(X.dimension(1) <= max_len(), where, ": ", name, " has ", X.dimension(1),
-                    " steps, more than max_len (", max_len(), "), shape ", detail::shape_string(X.dimensions()));
+                    " steps, more than max_len (", max_len(), "), shape ", detail::shape_text(X.dimensions()));
   }
 
   PositionalEncoding<Scalar> encoding_;            // P: (max_len, d)

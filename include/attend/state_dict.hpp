@@ -187,9 +187,9 @@ std::string quoted_list(const Names& names) {
 template <class Scalar>
 void require_rank(const NamedTensor<Scalar>& tensor, Index rank, const char* where, const std::string& name) {
   require(tensor.rank() == rank, where, ": ", quoted(name), " must have rank ", rank, ", got shape ",
-          shape_string(tensor.shape));
+          shape_text(tensor.shape));
   const auto count = element_count(tensor.shape);
-  require(count && *count == tensor.values.size(), where, ": ", quoted(name), " has shape ", shape_string(tensor.shape),
+  require(count && *count == tensor.values.size(), where, ": ", quoted(name), " has shape ", shape_text(tensor.shape),
           " but ", tensor.values.size(), " values");
 }
 
@@ -198,8 +198,8 @@ template <class Scalar>
 void require_shape(const NamedTensor<Scalar>& tensor, const std::vector<Index>& shape, const char* where,
                    const std::string& name) {
   require_rank(tensor, static_cast<Index>(shape.size()), where, name);
-  require(tensor.shape == shape, where, ": ", quoted(name), " must have shape ", shape_string(shape), ", got ",
-          shape_string(tensor.shape));
+  require(tensor.shape == shape, where, ": ", quoted(name), " must have shape ", shape_text(shape), ", got ",
+          shape_text(tensor.shape));
 }
 
 template <class Scalar>
@@ -394,8 +394,8 @@ StateDict<Scalar> state_dict_of(const Module& module, const char* where) {
   StateDict<Scalar> dict;
   module.visit_parameters([&](const std::string& name, const auto& parameter, const std::vector<Index>& shape) {
     const std::vector<Index> actual = shape_of(parameter);
-    require(actual == shape, where, ": parameter ", quoted(name), " must have shape ", shape_string(shape), ", got ",
-            shape_string(actual), " (was it resized?)");
+    require(actual == shape, where, ": parameter ", quoted(name), " must have shape ", shape_text(shape), ", got ",
+            shape_text(actual), " (was it resized?)");
     dict.emplace(name, named_tensor(parameter));
   });
   return dict;
@@ -410,12 +410,12 @@ void load_state_dict_into(Module& module, const StateDict<Scalar>& dict, const c
   reader.visit_parameters([&](const std::string& name, const auto&, const std::vector<Index>& shape) {
     names.push_back(name);
     const auto found = dict.find(name);
-    require(found != dict.end(), where, ": missing tensor ", quoted(name), " of shape ", shape_string(shape));
+    require(found != dict.end(), where, ": missing tensor ", quoted(name), " of shape ", shape_text(shape));
     const NamedTensor<Scalar>& tensor = found->second;
-    require(tensor.shape == shape, where, ": ", quoted(name), " must have shape ", shape_string(shape), ", got ",
-            shape_string(tensor.shape));
+    require(tensor.shape == shape, where, ": ", quoted(name), " must have shape ", shape_text(shape), ", got ",
+            shape_text(tensor.shape));
     const auto count = element_count(shape);
-    require(count && *count == tensor.values.size(), where, ": ", quoted(name), " has shape ", shape_string(shape),
+    require(count && *count == tensor.values.size(), where, ": ", quoted(name), " has shape ", shape_text(shape),
             " but ", tensor.values.size(), " values");
   });
 

@@ -42,14 +42,22 @@ void require(bool ok, const Parts&... parts) {
   if (!ok) throw std::invalid_argument(message(parts...));
 }
 
-// "(2, 4, 100)": a shape the way PyTorch prints it.
+// A shape, printed the way PyTorch prints it: "(2, 4, 100)". It formats only when streamed, so a require() whose
+// condition holds costs no formatting: messages are built on failure alone. It refers to `dims`, which must outlive
+// it (pass it straight to require() or a stream).
 template <class Dims>
-std::string shape_string(const Dims& dims) {
-  std::ostringstream out;
+struct ShapeText {
+  const Dims& dims;
+};
+template <class Dims>
+std::ostream& operator<<(std::ostream& out, const ShapeText<Dims>& shape) {
   out << '(';
-  for (std::size_t i = 0; i < dims.size(); ++i) out << (i ? ", " : "") << dims[i];
-  out << ')';
-  return out.str();
+  for (std::size_t i = 0; i < shape.dims.size(); ++i) out << (i ? ", " : "") << shape.dims[i];
+  return out << ')';
+}
+template <class Dims>
+ShapeText<Dims> shape_text(const Dims& dims) {
+  return {dims};
 }
 
 // Throws unless X has `expected` entries along `axis`:
@@ -58,7 +66,7 @@ template <class Scalar>
 void require_dim(const Tensor3<Scalar>& X, int axis, Index expected, const char* where, const char* name,
                  const char* what) {
   require(X.dimension(axis) == expected, where, ": ", name, " must have ", expected, ' ', what, " (axis ", axis,
-          "), got shape ", shape_string(X.dimensions()));
+          "), got shape ", shape_text(X.dimensions()));
 }
 
 // Throws unless X and Y agree on `axis`.
@@ -66,8 +74,8 @@ template <class ScalarA, class ScalarB>
 void require_same_dim(const Tensor3<ScalarA>& X, const Tensor3<ScalarB>& Y, int axis, const char* where,
                       const char* x_name, const char* y_name, const char* what) {
   require(X.dimension(axis) == Y.dimension(axis), where, ": ", x_name, " and ", y_name, " must have the same ", what,
-          " (axis ", axis, "), got ", x_name, ' ', shape_string(X.dimensions()), " and ", y_name, ' ',
-          shape_string(Y.dimensions()));
+          " (axis ", axis, "), got ", x_name, ' ', shape_text(X.dimensions()), " and ", y_name, ' ',
+          shape_text(Y.dimensions()));
 }
 
 // Throws unless `dropout` is a probability in [0, 1].

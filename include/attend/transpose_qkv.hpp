@@ -17,7 +17,7 @@ Tensor3<Scalar> transpose_qkv(const Tensor3<Scalar>& X, Index num_heads) {
   detail::require(num_heads >= 1, "transpose_qkv: num_heads must be at least 1, got ", num_heads);
   const Index batch = X.dimension(0), steps = X.dimension(1), width = X.dimension(2);
   detail::require(width % num_heads == 0, "transpose_qkv: X's features (", width, ") must be divisible by num_heads (",
-                  num_heads, "), got shape ", detail::shape_string(X.dimensions()));
+                  num_heads, "), got shape ", detail::shape_text(X.dimensions()));
   const Index d = width / num_heads;
   // (batch, steps, heads, d) -> (batch, heads, steps, d) -> (batch * heads, steps, d)
   const Eigen::array<Index, 4> split{batch, steps, num_heads, d};
@@ -32,7 +32,7 @@ Tensor3<Scalar> transpose_output(const Tensor3<Scalar>& X, Index num_heads) {
   const Index rows = X.dimension(0), steps = X.dimension(1), d = X.dimension(2);
   detail::require(rows % num_heads == 0, "transpose_output: X's first axis (", rows,
                   ") must be divisible by num_heads (", num_heads, "), got shape ",
-                  detail::shape_string(X.dimensions()));
+                  detail::shape_text(X.dimensions()));
   const Index batch = rows / num_heads;
   // (batch * heads, steps, d) -> (batch, heads, steps, d) -> (batch, steps, heads, d) -> (batch, steps, heads * d)
   const Eigen::array<Index, 4> split{batch, num_heads, steps, d};
