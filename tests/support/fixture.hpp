@@ -149,7 +149,7 @@ class Fixture {
     const Entry& e = entry(name);
     if (e.shape.size() != ndim) {
       fail(name, "expected ndim " + std::to_string(ndim) + ", got ndim " + std::to_string(e.shape.size()) +
-                     " with shape " + shape_text(e.shape));
+                     " with shape " + shape_string(e.shape));
     }
     return e;
   }
@@ -229,7 +229,7 @@ class Fixture {
       e.values.reserve(count);
       while (e.values.size() < count) {
         if (!std::getline(in, line)) {
-          fail("entry '" + name + "' " + shape_text(e.shape) + " ends after " + std::to_string(e.values.size()) +
+          fail("entry '" + name + "' " + shape_string(e.shape) + " ends after " + std::to_string(e.values.size()) +
                " of its " + std::to_string(count) + " values (end of file)");
         }
         ++line_number;
@@ -237,7 +237,7 @@ class Fixture {
         std::istringstream values(line);
         while (values >> token) {
           if (e.values.size() == count) {
-            fail(where() + "entry '" + name + "' " + shape_text(e.shape) + " has more than its " +
+            fail(where() + "entry '" + name + "' " + shape_string(e.shape) + " has more than its " +
                  std::to_string(count) + " values");
           }
           double value = 0;

@@ -156,11 +156,11 @@ class NearMatcher : public Catch::MatcherBase<Actual> {
     using E = detail::Flat<Expected>;
     const auto expected_shape = E::shape(expected_);
     std::ostringstream out;
-    out << "is near the expected " << E::kind() << " of shape " << detail::shape_text(expected_shape)
+    out << "is near the expected " << E::kind() << " of shape " << detail::shape_string(expected_shape)
         << " (|a - e| <= " << abs_ << " + " << rel_ << " |e|)";
     if (!shape_ok_) {
-      out << ": the shapes differ, actual " << detail::shape_text(actual_shape_) << ", expected "
-          << detail::shape_text(expected_shape);
+      out << ": the shapes differ, actual " << detail::shape_string(actual_shape_) << ", expected "
+          << detail::shape_string(expected_shape);
     } else if (failures_ > 0) {
       attend::Index size = 1;
       for (auto d : expected_shape) size *= d;
