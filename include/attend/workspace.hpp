@@ -7,6 +7,7 @@
 #pragma once
 
 #include <attend/detail/flash_attention.hpp>
+#include <attend/detail/transposed_weight.hpp>
 #include <attend/tensor.hpp>
 
 #include <vector>
@@ -19,6 +20,9 @@ struct AttentionWorkspace {
   Matrix<Scalar> heads;      // (batch * q, hiddens): concatenated head outputs, before W_o
   Tensor3<Scalar> weights;   // (batch * heads, q, k): the direct path's weights, when the caller keeps none
   std::vector<detail::FlashWorkspace<Scalar>> tiles;  // the tiled kernel's, one per thread
+  // W_q^T, W_k^T, W_v^T, W_o^T kept for small weights (detail/transposed_weight.hpp); each compared with its weight on
+  // every call and rebuilt when the weight changed, so the workspace may move between modules.
+  detail::TransposedWeight<Scalar> W_q, W_k, W_v, W_o;
 };
 
 }  // namespace attend

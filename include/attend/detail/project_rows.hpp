@@ -4,8 +4,13 @@
 // neither does any output element's summation order: with OpenMP the chunks are shared among the threads, and the
 // result is bit-identical for 1 and N threads. When the same X feeds several projections (Q, K and V of
 // self-attention), each chunk of X is used by all of them while it is in cache: one pass over X.
+//
+// A projection given a TransposedWeight (detail/transposed_weight.hpp) whose W^T fits keeps_transposed() runs on
+// that kept copy instead of Eigen's GEMM: no packing of W on each call, which dominates for a few rows (the seed's
+// 8 rows: about 40 % faster) and still gains 10-40 % at 256 rows for W up to 256 x 256 floats (bench/bench_kernels).
 #pragma once
 
+#include <attend/detail/transposed_weight.hpp>
 #include <attend/tensor.hpp>
 #include <attend/threads.hpp>
 
@@ -26,12 +31,23 @@ struct Projection {
   const Scalar* bias;  // (out), or null
   Scalar* Y;           // (rows, out), row-major, rows y_stride apart
   Index y_stride;
+  TransposedWeight<Scalar>* kept = nullptr;  // where W^T may be kept between calls, or null: Eigen's GEMM
 };
 
-// A projection from a weight matrix and a bias vector (empty: none) into a contiguous Y (rows, W.rows()).
+// True when W (out, in) is small enough for a kept W^T to beat Eigen's GEMM: W^T, padded, within 256 KiB (a quarter
+// of one core's L2 here; each block of 4 rows of X streams all of it).
 template <class Scalar>
-Projection<Scalar> projection(const Matrix<Scalar>& W, const Vector<Scalar>& bias, Scalar* Y) {
-  return {W.data(), W.rows(), bias.size() > 0 ? bias.data() : nullptr, Y, W.rows()};
+bool keeps_transposed(Index out, Index in) {
+  constexpr Index P = TransposedWeight<Scalar>::packet_size;
+  return static_cast<double>(in) * static_cast<double>((out + P - 1) / P * P) * sizeof(Scalar) <= 256.0 * 1024;
+}
+
+// A projection from a weight matrix and a bias vector (empty: none) into a contiguous Y (rows, W.rows()); kept:
+// where W^T may be kept between calls, or null.
+template <class Scalar>
+Projection<Scalar> projection(const Matrix<Scalar>& W, const Vector<Scalar>& bias, Scalar* Y,
+                              TransposedWeight<Scalar>* kept = nullptr) {
+  return {W.data(), W.rows(), bias.size() > 0 ? bias.data() : nullptr, Y, W.rows(), kept};
 }
 
 // Every projection of `projections` applied to the same X (rows, in); see the top of this file. Shapes must have
@@ -46,12 +62,17 @@ void project_rows(const Eigen::Ref<const Matrix<Scalar>>& X, std::initializer_li
   for (const Projection<Scalar>& p : projections) {
     width += static_cast<double>(p.out);
     widest = std::max(widest, static_cast<double>(p.out));
+    if (p.kept != nullptr && keeps_transposed<Scalar>(p.out, in)) p.kept->refresh(p.W, p.out, in);  // allocates
   }
   const double chunk_rows = static_cast<double>(std::min(rows, rows_per_chunk)), depth = static_cast<double>(in);
   parallel_for(chunks, chunk_rows * depth * widest, static_cast<double>(rows) * depth * width, [&](Index c, int) {
     const Index r0 = c * rows_per_chunk, n = std::min(rows_per_chunk, rows - r0);
     const auto Xc = X.middleRows(r0, n);  // (n, in)
     for (const Projection<Scalar>& p : projections) {
+      if (p.kept != nullptr && keeps_transposed<Scalar>(p.out, in)) {
+        times_transposed(Xc.data(), X.outerStride(), n, in, *p.kept, p.out, p.bias, p.Y + r0 * p.y_stride, p.y_stride);
+        continue;
+      }
       const Eigen::Map<const Matrix<Scalar>> W(p.W, p.out, in);            // (out, in)
       Rows Yc(p.Y + r0 * p.y_stride, n, p.out, Eigen::OuterStride<>(p.y_stride));  // (n, out)
       Yc.noalias() = Xc * W.transpose();

@@ -1,0 +1,150 @@
+// The kept transposed weight (detail/transposed_weight.hpp): Y = X W^T + b from W^T kept between calls, against the
+// definition; the same bits whatever the number of rows per call; never stale when W changes between calls, through
+// MultiHeadAttention's workspace too.
+#include <attend/detail/project_rows.hpp>
+#include <attend/detail/transposed_weight.hpp>
+#include <attend/multi_head_attention.hpp>
+#include <attend/random.hpp>
+#include <catch2/catch.hpp>
+#include <support/matchers.hpp>
+#include <support/random_tensor.hpp>
+
+using attend::Index;
+using attend::Matrix;
+using attend::Tensor3;
+using attend::Vector;
+using attend::detail::TransposedWeight;
+
+namespace {
+
+// The definition, with explicit loops in double: Y[r, o] = sum_k X[r, k] W[o, k] + bias[o].
+template <class Scalar>
+Matrix<double> affine_by_definition(const Matrix<Scalar>& X, const Matrix<Scalar>& W, const Vector<Scalar>& bias) {
+  Matrix<double> Y(X.rows(), W.rows());  // (rows, out)
+  for (Index r = 0; r < X.rows(); ++r)
+    for (Index o = 0; o < W.rows(); ++o) {
+      double sum = bias.size() > 0 ? static_cast<double>(bias[o]) : 0.0;
+      for (Index k = 0; k < X.cols(); ++k) sum += static_cast<double>(X(r, k)) * static_cast<double>(W(o, k));
+      Y(r, o) = sum;
+    }
+  return Y;
+}
+
+template <class Scalar>
+Matrix<Scalar> random_matrix(Index rows, Index cols, std::uint64_t seed) {
+  attend::Generator generator(seed);
+  Matrix<Scalar> M(rows, cols);  // (rows, cols)
+  for (Index i = 0; i < M.size(); ++i) M.data()[i] = generator.uniform(Scalar(-1), Scalar(1));
+  return M;
+}
+
+// Y (rows, out) from the kept W^T, refreshed first.
+template <class Scalar>
+Matrix<Scalar> times_kept(const Matrix<Scalar>& X, const Matrix<Scalar>& W, const Vector<Scalar>& bias,
+                          TransposedWeight<Scalar>& kept) {
+  kept.refresh(W.data(), W.rows(), W.cols());
+  Matrix<Scalar> Y(X.rows(), W.rows());  // (rows, out)
+  attend::detail::times_transposed(X.data(), X.cols(), X.rows(), X.cols(), kept, W.rows(),
+                                   bias.size() > 0 ? bias.data() : nullptr, Y.data(), Y.cols());
+  return Y;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("A kept W^T gives X W^T + b", "[transposed_weight]", float, double) {
+  // Widths around the packet sizes (4, 8 and 16 lanes) and the seed's 100; rows around the block of 4.
+  const Index rows = GENERATE(1, 3, 4, 5, 8, 13);
+  const Index out = GENERATE(1, 7, 16, 17, 33, 100);
+  const Index in = GENERATE(1, 5, 100);
+  const bool bias = GENERATE(true, false);
+  CAPTURE(rows, out, in, bias);
+  const Matrix<TestType> X = random_matrix<TestType>(rows, in, 1);  // (rows, in)
+  const Matrix<TestType> W = random_matrix<TestType>(out, in, 2);   // (out, in)
+  const Vector<TestType> b = bias ? Vector<TestType>(random_matrix<TestType>(out, 1, 3)) : Vector<TestType>();
+  TransposedWeight<TestType> kept;
+  REQUIRE_THAT(times_kept(X, W, b, kept), attend_test::Near(affine_by_definition(X, W, b), attend_test::tolerance<TestType>()));
+  // Padded to whole packets, zero past W's rows.
+  constexpr Index lanes = TransposedWeight<TestType>::packet_size;
+  REQUIRE(kept.transposed().rows() == in);
+  REQUIRE(kept.transposed().cols() % lanes == 0);
+  REQUIRE(kept.transposed().cols() - out < lanes);
+  REQUIRE(kept.transposed().rightCols(kept.transposed().cols() - out).isZero(0));
+}
+
+TEMPLATE_TEST_CASE("A row's result does not depend on the rows computed with it", "[transposed_weight]", float,
+                   double) {
+  const Matrix<TestType> X = random_matrix<TestType>(11, 37, 4);  // (11, 37)
+  const Matrix<TestType> W = random_matrix<TestType>(45, 37, 5);  // (45, 37)
+  const Vector<TestType> b = random_matrix<TestType>(45, 1, 6);
+  TransposedWeight<TestType> kept;
+  const Matrix<TestType> all = times_kept(X, W, b, kept);  // blocks of 4 rows, then 3 single rows
+  for (Index r = 0; r < X.rows(); ++r) {
+    CAPTURE(r);
+    const Matrix<TestType> one = times_kept<TestType>(X.row(r), W, b, kept);  // a single row
+    REQUIRE(one == all.row(r));
+  }
+}
+
+TEMPLATE_TEST_CASE("A kept W^T is rebuilt when W changes, never stale", "[transposed_weight]", float, double) {
+  const Matrix<TestType> X = random_matrix<TestType>(5, 20, 7);  // (5, 20)
+  Matrix<TestType> W = random_matrix<TestType>(30, 20, 8);       // (30, 20)
+  const Vector<TestType> none;
+  TransposedWeight<TestType> kept;
+  const Matrix<TestType> before = times_kept(X, W, none, kept);
+  SECTION("one entry changes in place") {
+    W(29, 19) += TestType(1);
+  }
+  SECTION("the sign of a zero flips (same value, other bits)") {
+    W(0, 0) = TestType(0);
+    times_kept(X, W, none, kept);
+    W(0, 0) = -TestType(0);
+  }
+  SECTION("W is replaced by one of another shape") {
+    W = random_matrix<TestType>(17, 20, 9);
+  }
+  TransposedWeight<TestType> fresh;
+  const Matrix<TestType> after = times_kept(X, W, none, kept);
+  REQUIRE(after == times_kept(X, W, none, fresh));
+  REQUIRE_THAT(after, attend_test::Near(affine_by_definition(X, W, none), attend_test::tolerance<TestType>()));
+  if (after.cols() == before.cols()) REQUIRE(after != before);
+}
+
+TEMPLATE_TEST_CASE("project_rows: a kept W^T agrees with Eigen's GEMM", "[transposed_weight]", float, double) {
+  // 300 rows: two chunks of project_rows (256 + 44).
+  const Index rows = GENERATE(8, 300);
+  CAPTURE(rows);
+  const Matrix<TestType> X = random_matrix<TestType>(rows, 64, 10);  // (rows, 64)
+  const Matrix<TestType> W = random_matrix<TestType>(48, 64, 11);    // (48, 64)
+  const Vector<TestType> b = random_matrix<TestType>(48, 1, 12);
+  REQUIRE(attend::detail::keeps_transposed<TestType>(W.rows(), W.cols()));
+  Matrix<TestType> by_gemm(rows, 48), by_kept(rows, 48);  // (rows, 48)
+  TransposedWeight<TestType> kept;
+  attend::detail::project_rows<TestType>(X, {attend::detail::projection(W, b, by_gemm.data())});
+  attend::detail::project_rows<TestType>(X, {attend::detail::projection(W, b, by_kept.data(), &kept)});
+  REQUIRE_THAT(by_kept, attend_test::Near(by_gemm, attend_test::tolerance<TestType>()));
+  REQUIRE_THAT(by_kept, attend_test::Near(affine_by_definition(X, W, b), attend_test::tolerance<TestType>()));
+}
+
+TEMPLATE_TEST_CASE("MultiHeadAttention sees a weight changed through a reference kept across calls",
+                   "[transposed_weight]", float, double) {
+  attend::Generator generator(13);
+  attend::MultiHeadAttention<TestType> attention(100, 100, 100, 100, 5, TestType(0), false, generator);
+  attention.eval();
+  const Tensor3<TestType> X = attend_test::random_tensor<TestType>(2, 4, 100, 14);  // the seed's shape
+  Matrix<TestType>& W_k = attention.W_k().weight();  // held across the calls
+  Matrix<TestType>& W_o = attention.W_o().weight();
+  const Tensor3<TestType> first = attention(X, X, X);
+  W_k(3, 7) *= TestType(-2);
+  W_o(99, 0) += TestType(0.5);
+  const Tensor3<TestType> second = attention(X, X, X);
+  // A module with the changed weights that never ran before: no kept copy at all.
+  attend::MultiHeadAttention<TestType> fresh = attention;
+  fresh.load_state_dict(attention.state_dict());
+  attend::AttentionWorkspace<TestType> new_workspace;
+  const Tensor3<TestType> expected = fresh.forward(X, X, X, {}, new_workspace);
+  const auto same = [](const Tensor3<TestType>& a, const Tensor3<TestType>& b) {
+    return attend::detail::as_matrix(a) == attend::detail::as_matrix(b);
+  };
+  REQUIRE_FALSE(same(first, second));
+  REQUIRE(same(second, expected));
+}
