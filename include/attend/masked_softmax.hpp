@@ -37,8 +37,9 @@ Scalar flushed_exp(Scalar x) {
 }
 
 // row[j] = exp(row[j] - m), flushed to 0 where row[j] - m < exp_underflow; returns the sum of the new row[j].
-// row: (n), contiguous. One pass over Eigen's packets (its vectorised exp); Eigen 3.4's select() has no packet path,
-// so the same expression written with arrays would call std::exp element by element, several times slower.
+// row: (n), contiguous. One pass over Eigen's packets (its vectorised exp), the last one partial: a short row (the
+// seed's have 4 keys) costs one packet exp, not n calls of std::exp. Eigen 3.4's select() has no packet path, so the
+// same expression written with arrays would call std::exp element by element, several times slower.
 template <class Scalar>
 Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
   namespace ei = Eigen::internal;
@@ -55,9 +56,15 @@ Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
     sum = ei::padd(sum, e);
   }
   Scalar total = ei::predux(sum);
-  for (; j < n; ++j) {
-    row[j] = flushed_exp(row[j] - m);
-    total += row[j];
+  if (j < n) {  // the last n - j < size entries, through one packet of which the lanes past n are ignored
+    Scalar lanes[size] = {};
+    std::copy(row + j, row + n, lanes);
+    const Packet x = ei::psub(ei::ploadu<Packet>(lanes), shift);
+    ei::pstoreu(lanes, ei::pselect(ei::pcmp_lt(x, underflow), zero, ei::pexp(x)));
+    for (Index t = 0; j + t < n; ++t) {
+      row[j + t] = lanes[t];
+      total += lanes[t];
+    }
   }
   return total;
 }

@@ -23,6 +23,43 @@
 namespace attend {
 namespace detail {
 
+// Kernels for heads too small for Eigen's products (see tiny_product): Eigen's GEMM costs more to set up than to run
+// there, and its coefficient-based products and row expressions peel a scalar prologue to reach an aligned address
+// (a head's rows rarely start on one). These load unaligned packets and finish with a scalar tail.
+
+// sum_i a[i] b[i] over n entries: packets, then the n % size tail.
+template <class Scalar>
+Scalar dot_tiny(const Scalar* a, const Scalar* b, Index n) {
+  namespace ei = Eigen::internal;
+  using Packet = typename ei::packet_traits<Scalar>::type;
+  constexpr Index size = ei::packet_traits<Scalar>::size;
+  Packet sum = ei::pset1<Packet>(Scalar(0));
+  Index i = 0;
+  for (; i + size <= n; i += size) sum = ei::pmadd(ei::ploadu<Packet>(a + i), ei::ploadu<Packet>(b + i), sum);
+  Scalar total = ei::predux(sum);
+  for (; i < n; ++i) total += a[i] * b[i];
+  return total;
+}
+
+// y (n) = sum_j w[j] X[j, :] over `count` rows of X (count, n), rows ldx apart: one row of weights times values.
+template <class Scalar>
+void row_times_rows_tiny(const Scalar* w, Index count, const Scalar* X, Index ldx, Scalar* y, Index n) {
+  namespace ei = Eigen::internal;
+  using Packet = typename ei::packet_traits<Scalar>::type;
+  constexpr Index size = ei::packet_traits<Scalar>::size;
+  Index c = 0;
+  for (; c + size <= n; c += size) {
+    Packet acc = ei::pset1<Packet>(Scalar(0));
+    for (Index j = 0; j < count; ++j) acc = ei::pmadd(ei::pset1<Packet>(w[j]), ei::ploadu<Packet>(X + j * ldx + c), acc);
+    ei::pstoreu(y + c, acc);
+  }
+  for (; c < n; ++c) {
+    Scalar acc = Scalar(0);
+    for (Index j = 0; j < count; ++j) acc += w[j] * X[j * ldx + c];
+    y[c] = acc;
+  }
+}
+
 // output = weights @ values, where a key the mask hides from a row is never read for that row: its weight is exactly
 // 0 and, normally, 0 * value = 0 adds nothing, but 0 * NaN and 0 * inf are NaN. So when the values hold a non-finite
 // number (checked in O(keys * value_dim), against the product's O(queries * keys * value_dim)), each row sums over its
@@ -33,7 +70,13 @@ void weights_times_values(const Eigen::MatrixBase<Weights>& weights, const Mask&
                           const Eigen::MatrixBase<Values>& values, Eigen::MatrixBase<Output>& output, bool tiny) {
   if (mask.empty() || values.allFinite()) {
     if (tiny) {
-      output.noalias() = weights.lazyProduct(values);  // Eigen's GEMM costs more to set up than to run
+      static_assert(Weights::IsRowMajor && Values::IsRowMajor && Output::IsRowMajor, "rows must be contiguous");
+      const Weights& w = weights.derived();
+      const Values& v = values.derived();
+      Output& out = output.derived();
+      for (Index i = 0; i < w.rows(); ++i)
+        row_times_rows_tiny(w.data() + i * w.outerStride(), w.cols(), v.data(), v.outerStride(),
+                            out.data() + i * out.outerStride(), out.cols());
     } else {
       output.noalias() = weights * values;
     }
@@ -100,7 +143,8 @@ void scaled_dot_product_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const E
     auto scores = slice(weights, bh);                                   // (queries, keys)
     auto out = output.block(b * num_queries, h * dv, num_queries, dv);  // (queries, dv)
     if (num_queries * num_keys * d <= tiny_product) {  // Eigen's GEMM costs more to set up than to run
-      scores.noalias() = scale * Qh.lazyProduct(Kh.transpose());
+      for (Index i = 0; i < num_queries; ++i)
+        for (Index j = 0; j < num_keys; ++j) scores(i, j) = scale * dot_tiny(Qh.data() + i * Qh.outerStride(), Kh.data() + j * Kh.outerStride(), d);
     } else {
       scores.noalias() = scale * (Qh * Kh.transpose());
     }

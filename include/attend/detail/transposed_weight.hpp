@@ -21,7 +21,7 @@ template <class Scalar>
 class TransposedWeight {
  public:
   using Packet = typename Eigen::internal::packet_traits<Scalar>::type;
-  static constexpr Index packet_size = Eigen::internal::unpacket_traits<Packet>::size;
+  static constexpr Index packet_size = Eigen::internal::packet_traits<Scalar>::size;
 
   // Makes transposed() W^T for W (out, in), row-major, contiguous: kept as it is when W has the values of the last
   // call, rebuilt otherwise. May allocate (call it outside parallel regions).
