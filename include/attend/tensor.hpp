@@ -89,6 +89,14 @@ inline void require_at_least(Index value, Index minimum, const char* where, cons
   require(value >= minimum, where, ": ", name, " must be at least ", minimum, ", got ", value);
 }
 
+// True when every entry of X is finite. x - x is 0 for a finite x and NaN for an infinite or NaN one, and a sum with
+// a NaN is NaN: one vectorised pass, where Eigen 3.4's allFinite() tests entry by entry.
+template <class Derived>
+bool all_finite(const Eigen::DenseBase<Derived>& X) {
+  using Scalar = typename Derived::Scalar;
+  return (X.derived().array() - X.derived().array()).sum() == Scalar(0);
+}
+
 // A tensor's memory seen as a (rows = batch * steps, cols = features) row-major matrix, without a copy.
 template <class Scalar>
 Eigen::Map<const Matrix<Scalar>> as_matrix(const Tensor3<Scalar>& X) {

@@ -68,7 +68,7 @@ void row_times_rows_tiny(const Scalar* w, Index count, const Scalar* X, Index ld
 template <class Weights, class Values, class Output>
 void weights_times_values(const Eigen::MatrixBase<Weights>& weights, const Mask& mask, Index b,
                           const Eigen::MatrixBase<Values>& values, Eigen::MatrixBase<Output>& output, bool tiny) {
-  if (mask.empty() || values.allFinite()) {
+  if (mask.empty() || all_finite(values)) {
     if (tiny) {
       static_assert(Weights::IsRowMajor && Values::IsRowMajor && Output::IsRowMajor, "rows must be contiguous");
       const Weights& w = weights.derived();

@@ -198,7 +198,7 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
       if (rescale != Scalar(1)) O.row(i) *= rescale;
     }
     const auto Vb = V.block(key_row0 + k0, h * dv, bc, dv);  // (bc, dv)
-    if (Vb.allFinite()) {
+    if (all_finite(Vb)) {
       O.noalias() += S * Vb;
     } else {  // 0 * NaN is NaN: each row adds its visible keys only, so a masked key's value row is never read
       for (Index i = 0; i < br; ++i) {
