@@ -49,10 +49,11 @@ bool takes_tiled_path(AttentionPath path, bool dropout_active, Index weights) {
   return static_cast<double>(weights) * sizeof(Scalar) > direct_weights_budget;
 }
 
-// Checks a path given by a caller (an enum may hold any integer).
-inline AttentionPath checked_path(AttentionPath path, const char* where) {
-  require(path == AttentionPath::automatic || path == AttentionPath::direct || path == AttentionPath::tiled, where,
-          ": path must be AttentionPath::automatic, direct or tiled, got AttentionPath(", static_cast<int>(path), ")");
+// Checks a path given to module's set_path (an enum may hold any integer).
+inline AttentionPath checked_path(AttentionPath path, const char* module) {
+  require(path == AttentionPath::automatic || path == AttentionPath::direct || path == AttentionPath::tiled, module,
+          "::set_path: path must be AttentionPath::automatic, direct or tiled, got AttentionPath(",
+          static_cast<int>(path), ")");
   return path;
 }
 

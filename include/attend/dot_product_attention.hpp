@@ -13,6 +13,7 @@
 
 #include <attend/attention_path.hpp>
 #include <attend/detail/attend_rows.hpp>
+#include <attend/detail/attention_path_module.hpp>
 #include <attend/detail/flash_attention.hpp>
 #include <attend/mask.hpp>
 #include <attend/module.hpp>
@@ -22,57 +23,38 @@
 #include <attend/valid_lens.hpp>
 #include <attend/workspace.hpp>
 
-#include <stdexcept>
-
 namespace attend {
 
 template <class Scalar>
-class DotProductAttention : public Module {
+class DotProductAttention : public detail::AttentionPathModule<DotProductAttention<Scalar>, Scalar> {
+  using Base = detail::AttentionPathModule<DotProductAttention<Scalar>, Scalar>;
+  friend Base;
+
  public:
   explicit DotProductAttention(Scalar dropout, Generator& generator = default_generator())
       : dropout_(checked_dropout(dropout)), generator_(generator.next()) {}
 
-  // queries (batch, q, d), keys (batch, k, d), values (batch, k, v) -> (batch, q, v)
-  // mask: none; valid lengths (batch,) or (batch, q); or any Mask, keep tensor (batch or 1, q, k)
-  Tensor3<Scalar> operator()(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-                             const Mask& mask = {}) {
-    check(queries, keys, values, mask, "DotProductAttention");
-    const bool drop = is_training() && dropout_ > Scalar(0);
-    const bool tiled = takes_tiled(queries, keys, drop);
-    Tensor3<Scalar> output = run(queries, keys, values, mask, workspace_, tiled ? nullptr : &attention_weights_,
-                                 drop ? &generator_ : nullptr, tiled);
-    if (tiled) attention_weights_ = Tensor3<Scalar>();  // the previous call's weights are not this call's
-    last_call_tiled_ = tiled;
-    return output;
-  }
+  // operator()(queries, keys, values, mask = {}):
+  //   queries (batch, q, d), keys (batch, k, d), values (batch, k, v) -> (batch, q, v)
+  //   mask: none; valid lengths (batch,) or (batch, q); or any Mask, keep tensor (batch or 1, q, k)
+  using Base::operator();
 
-  // The evaluation-mode output, whatever is_training(): no dropout, no weights kept, nothing in the module changed.
-  // Safe to call from many threads at once; same arguments and result as operator().
-  Tensor3<Scalar> forward(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-                          const Mask& mask = {}) const {
-    AttentionWorkspace<Scalar> workspace;
-    return forward(queries, keys, values, mask, workspace);
-  }
-  // The same, with the caller's workspace (one per thread): repeated calls of one shape allocate only the output.
-  Tensor3<Scalar> forward(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-                          const Mask& mask, AttentionWorkspace<Scalar>& workspace) const {
-    check(queries, keys, values, mask, "DotProductAttention::forward");
-    return run(queries, keys, values, mask, workspace, nullptr, nullptr, takes_tiled(queries, keys, false));
-  }
+  // forward(queries, keys, values, mask = {}) const: the evaluation-mode output, whatever is_training(): no dropout,
+  // no weights kept, nothing in the module changed. Safe to call from many threads at once; same arguments and
+  // result as operator().
+  // forward(queries, keys, values, mask, AttentionWorkspace<Scalar>& workspace) const: the same, with the caller's
+  // workspace (one per thread): repeated calls of one shape allocate only the output.
+  using Base::forward;
 
-  // Which implementation runs: automatic (default), direct or tiled; see attention_path.hpp.
-  void set_path(AttentionPath path) { path_ = detail::checked_path(path, "DotProductAttention::set_path"); }
-  AttentionPath path() const { return path_; }
+  // set_path(AttentionPath), path(): which implementation runs: automatic (default), direct or tiled; see
+  // attention_path.hpp. set_path throws std::invalid_argument on a value outside the enum.
+  using Base::path;
+  using Base::set_path;
 
-  // (batch, q, k) of the last call, before dropout. Empty before the first call; throws std::logic_error after a call
-  // that took the tiled path, which forms none.
-  const Tensor3<Scalar>& attention_weights() const {
-    if (last_call_tiled_)
-      throw std::logic_error(
-          "DotProductAttention::attention_weights: the last call took the tiled path, which forms no weights; "
-          "set_path(AttentionPath::direct) keeps them");
-    return attention_weights_;
-  }
+  // attention_weights(): (batch, q, k) of the last call, before dropout. Empty before the first call; throws
+  // std::logic_error after a call that took the tiled path, which forms none.
+  using Base::attention_weights;
+
   Scalar dropout() const { return dropout_; }
   // The generator of the dropout masks; reseed it for a repeatable training-mode call.
   Generator& generator() { return generator_; }
@@ -89,6 +71,10 @@ class DotProductAttention : public Module {
   void visit_parameters(Visit&&) const {}
 
  private:
+  // The names in its messages.
+  static constexpr const char* name = "DotProductAttention";
+  static constexpr const char* forward_name = "DotProductAttention::forward";
+
   // Checked before the generator is drawn from: a constructor that throws leaves the generator as it was.
   static Scalar checked_dropout(Scalar dropout) {
     detail::require_probability(dropout, "DotProductAttention");
@@ -106,9 +92,9 @@ class DotProductAttention : public Module {
     mask.require_shape(queries.dimension(0), queries.dimension(1), keys.dimension(1), where);
   }
 
-  bool takes_tiled(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, bool dropout_active) const {
-    return detail::takes_tiled_path<Scalar>(path_, dropout_active,
-                                            queries.dimension(0) * queries.dimension(1) * keys.dimension(1));
+  // The elements of the (batch, q, k) weights the direct path forms.
+  static Index weights_count(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys) {
+    return queries.dimension(0) * queries.dimension(1) * keys.dimension(1);
   }
 
   // The forward pass on checked arguments. weights: where the direct path keeps them, or null (the workspace's are
@@ -133,10 +119,6 @@ class DotProductAttention : public Module {
 
   Scalar dropout_;
   Generator generator_;
-  AttentionPath path_ = AttentionPath::automatic;
-  Tensor3<Scalar> attention_weights_;  // (batch, q, k)
-  bool last_call_tiled_ = false;       // so attention_weights_ is empty, not the weights of the last call
-  AttentionWorkspace<Scalar> workspace_;
 };
 
 }  // namespace attend

@@ -24,6 +24,7 @@
 
 #include <attend/attention_path.hpp>
 #include <attend/detail/attend_rows.hpp>
+#include <attend/detail/attention_path_module.hpp>
 #include <attend/detail/flash_attention.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/linear.hpp>
@@ -35,12 +36,13 @@
 #include <attend/valid_lens.hpp>
 #include <attend/workspace.hpp>
 
-#include <stdexcept>
-
 namespace attend {
 
 template <class Scalar>
-class MultiHeadAttention : public Module {
+class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention<Scalar>, Scalar> {
+  using Base = detail::AttentionPathModule<MultiHeadAttention<Scalar>, Scalar>;
+  friend Base;
+
  public:
   // Parameters are drawn in d2l's order: W_q, W_k, W_v, W_o.
   MultiHeadAttention(Index key_size, Index query_size, Index value_size, Index num_hiddens, Index num_heads,
@@ -53,39 +55,24 @@ class MultiHeadAttention : public Module {
         W_o_(num_hiddens, num_hiddens, bias, generator),
         generator_(generator.next()) {}
 
-  // queries (batch, q, query_size), keys (batch, k, key_size), values (batch, k, value_size)
-  //   -> (batch, q, num_hiddens)
-  // mask: none; valid lengths (batch,) or (batch, q); or any Mask, keep tensor (batch or 1, q, k); batch row b's mask
-  // applies to all its heads. Dropout in training mode; the weights kept when the call takes the direct path.
-  Tensor3<Scalar> operator()(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-                             const Mask& mask = {}) {
-    check(queries, keys, values, mask, "MultiHeadAttention");
-    const bool drop = is_training() && dropout_ > Scalar(0);
-    const bool tiled = takes_tiled(queries, keys, drop);
-    Tensor3<Scalar> output = run(queries, keys, values, mask, workspace_, tiled ? nullptr : &attention_weights_,
-                                 drop ? &generator_ : nullptr, tiled);
-    if (tiled) attention_weights_ = Tensor3<Scalar>();  // the previous call's weights are not this call's
-    last_call_tiled_ = tiled;
-    return output;
-  }
+  // operator()(queries, keys, values, mask = {}):
+  //   queries (batch, q, query_size), keys (batch, k, key_size), values (batch, k, value_size)
+  //     -> (batch, q, num_hiddens)
+  //   mask: none; valid lengths (batch,) or (batch, q); or any Mask, keep tensor (batch or 1, q, k); batch row b's
+  //   mask applies to all its heads. Dropout in training mode; the weights kept when the call takes the direct path.
+  using Base::operator();
 
-  // The evaluation-mode output, whatever is_training(): no dropout, no weights kept, nothing in the module changed.
-  // Safe to call from many threads at once (see the top of this file); same arguments and result as operator().
-  Tensor3<Scalar> forward(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-                          const Mask& mask = {}) const {
-    AttentionWorkspace<Scalar> workspace;
-    return forward(queries, keys, values, mask, workspace);
-  }
-  // The same, with the caller's workspace (one per thread): repeated calls of one shape allocate only the output.
-  Tensor3<Scalar> forward(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-                          const Mask& mask, AttentionWorkspace<Scalar>& workspace) const {
-    check(queries, keys, values, mask, "MultiHeadAttention::forward");
-    return run(queries, keys, values, mask, workspace, nullptr, nullptr, takes_tiled(queries, keys, false));
-  }
+  // forward(queries, keys, values, mask = {}) const: the evaluation-mode output, whatever is_training(): no dropout,
+  // no weights kept, nothing in the module changed. Safe to call from many threads at once (see the top of this
+  // file); same arguments and result as operator().
+  // forward(queries, keys, values, mask, AttentionWorkspace<Scalar>& workspace) const: the same, with the caller's
+  // workspace (one per thread): repeated calls of one shape allocate only the output.
+  using Base::forward;
 
-  // Which implementation computes the heads: automatic (default), direct or tiled; see attention_path.hpp.
-  void set_path(AttentionPath path) { path_ = detail::checked_path(path, "MultiHeadAttention::set_path"); }
-  AttentionPath path() const { return path_; }
+  // set_path(AttentionPath), path(): which implementation computes the heads: automatic (default), direct or tiled;
+  // see attention_path.hpp. set_path throws std::invalid_argument on a value outside the enum.
+  using Base::path;
+  using Base::set_path;
 
   Linear<Scalar>& W_q() { return W_q_; }  // (num_hiddens, query_size)
   Linear<Scalar>& W_k() { return W_k_; }  // (num_hiddens, key_size)
@@ -95,15 +82,10 @@ class MultiHeadAttention : public Module {
   Index num_hiddens() const { return W_o_.out_features(); }
   Scalar dropout() const { return dropout_; }
   Generator& generator() { return generator_; }
-  // (batch * num_heads, q, k) of the last call, before dropout; row b * num_heads + h is head h of batch row b.
-  // Empty before the first call; throws std::logic_error after a call that took the tiled path, which forms none.
-  const Tensor3<Scalar>& attention_weights() const {
-    if (last_call_tiled_)
-      throw std::logic_error(
-          "MultiHeadAttention::attention_weights: the last call took the tiled path, which forms no weights; "
-          "set_path(AttentionPath::direct) keeps them");
-    return attention_weights_;
-  }
+  // attention_weights(): (batch * num_heads, q, k) of the last call, before dropout; row b * num_heads + h is head h
+  // of batch row b. Empty before the first call; throws std::logic_error after a call that took the tiled path,
+  // which forms none.
+  using Base::attention_weights;
 
   // W_q.weight (num_hiddens, query_size), W_q.bias (num_hiddens) when bias is on, then W_k, W_v and W_o alike;
   // see state_dict.hpp.
@@ -126,6 +108,10 @@ class MultiHeadAttention : public Module {
   }
 
  private:
+  // The names in its messages.
+  static constexpr const char* name = "MultiHeadAttention";
+  static constexpr const char* forward_name = "MultiHeadAttention::forward";
+
   void check(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
              const Mask& mask, const char* where) const {
     W_q_.require_parameters("MultiHeadAttention W_q");
@@ -141,9 +127,9 @@ class MultiHeadAttention : public Module {
     mask.require_shape(queries.dimension(0), queries.dimension(1), keys.dimension(1), where);
   }
 
-  bool takes_tiled(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, bool dropout_active) const {
-    return detail::takes_tiled_path<Scalar>(path_, dropout_active,
-                                            queries.dimension(0) * num_heads_ * queries.dimension(1) * keys.dimension(1));
+  // The elements of the (batch * num_heads, q, k) weights the direct path forms.
+  Index weights_count(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys) const {
+    return queries.dimension(0) * num_heads_ * queries.dimension(1) * keys.dimension(1);
   }
 
   // The forward pass on checked arguments. weights: where the direct path keeps them, or null (the workspace's are
@@ -156,15 +142,15 @@ class MultiHeadAttention : public Module {
     ws.Q.resize(batch * num_queries, num_hiddens);  // (batch * q, num_hiddens)
     ws.K.resize(batch * num_keys, num_hiddens);     // (batch * k, num_hiddens)
     ws.V.resize(batch * num_keys, num_hiddens);     // (batch * k, num_hiddens)
-    const auto into = [](const Linear<Scalar>& linear, Matrix<Scalar>& Y) {
-      return detail::projection(linear.weight(), linear.bias(), Y.data());
+    const auto into = [](const Linear<Scalar>& linear, Matrix<Scalar>& Y, detail::TransposedWeight<Scalar>& kept) {
+      return detail::projection(linear.weight(), linear.bias(), Y.data(), &kept);
     };
     if (&queries == &keys && &keys == &values) {  // self-attention: one pass over X for Q, K and V
-      detail::project_rows<Scalar>(detail::as_matrix(queries), {into(W_q_, ws.Q), into(W_k_, ws.K), into(W_v_, ws.V)});
+      detail::project_rows<Scalar>(detail::as_matrix(queries), {into(W_q_, ws.Q, ws.W_q), into(W_k_, ws.K, ws.W_k), into(W_v_, ws.V, ws.W_v)});
     } else {
-      detail::project_rows<Scalar>(detail::as_matrix(queries), {into(W_q_, ws.Q)});
-      detail::project_rows<Scalar>(detail::as_matrix(keys), {into(W_k_, ws.K)});
-      detail::project_rows<Scalar>(detail::as_matrix(values), {into(W_v_, ws.V)});
+      detail::project_rows<Scalar>(detail::as_matrix(queries), {into(W_q_, ws.Q, ws.W_q)});
+      detail::project_rows<Scalar>(detail::as_matrix(keys), {into(W_k_, ws.K, ws.W_k)});
+      detail::project_rows<Scalar>(detail::as_matrix(values), {into(W_v_, ws.V, ws.W_v)});
     }
 
     ws.heads.resize(batch * num_queries, num_hiddens);  // (batch * q, num_heads * d): concatenated heads
@@ -178,7 +164,7 @@ class MultiHeadAttention : public Module {
     }
 
     Tensor3<Scalar> output(batch, num_queries, num_hiddens);  // (batch, q, num_hiddens)
-    detail::project_rows<Scalar>(ws.heads, {detail::projection(W_o_.weight(), W_o_.bias(), output.data())});
+    detail::project_rows<Scalar>(ws.heads, {detail::projection(W_o_.weight(), W_o_.bias(), output.data(), &ws.W_o)});
     return output;
   }
 
@@ -213,10 +199,6 @@ class MultiHeadAttention : public Module {
   Linear<Scalar> W_v_;
   Linear<Scalar> W_o_;
   Generator generator_;
-  AttentionPath path_ = AttentionPath::automatic;
-  Tensor3<Scalar> attention_weights_;  // (batch * num_heads, q, k)
-  bool last_call_tiled_ = false;       // so attention_weights_ is empty, not the weights of the last call
-  AttentionWorkspace<Scalar> workspace_;
 };
 
 }  // namespace attend
