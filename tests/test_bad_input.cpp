@@ -19,15 +19,15 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
-#include <filesystem>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
-#include <random>
 #include <stdexcept>
 #include <string>
+#include <support/named_tensors.hpp>
 #include <support/random_tensor.hpp>
+#include <support/temp_files.hpp>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -52,9 +52,10 @@ using attend::StateDict;
 using attend::Tensor3;
 using attend::ValidLens;
 using attend::Vector;
+using attend_test::counting_tensor;
 using attend_test::random_tensor;
-
-namespace fs = std::filesystem;
+using attend_test::same;
+using attend_test::temp_dir;
 
 namespace {
 
@@ -197,15 +198,6 @@ Fingerprint<Scalar> fingerprint(CNNEncoder<Scalar>& encoder) {
   return f;
 }
 
-// Same shape, same values bit for bit.
-template <class Scalar>
-bool same(const Tensor3<Scalar>& a, const Tensor3<Scalar>& b) {
-  if (a.dimensions() != b.dimensions()) return false;
-  for (Index i = 0; i < a.size(); ++i)
-    if (a.data()[i] != b.data()[i]) return false;
-  return true;
-}
-
 // A row on a module: make() builds it (twice: the one the row calls, and an untouched copy), good() is a valid call,
 // bad() the one that must throw; break_it() runs before bad() and repair() after it (a parameter resized through its
 // reference, then put back).
@@ -284,40 +276,13 @@ Tensor3<bool> keep_all(Index batch, Index queries, Index keys) {
 
 Matrix<Index> lens_matrix(Index rows, Index cols, Index value) { return Matrix<Index>::Constant(rows, cols, value); }
 
-template <class Scalar>
-NamedTensor<Scalar> tensor(Shape shape) {
-  Index n = 1;
-  for (Index d : shape) n *= d;
-  NamedTensor<Scalar> t;
-  t.shape = std::move(shape);
-  for (Index i = 0; i < n; ++i) t.values.push_back(Scalar(0.01) * static_cast<Scalar>(i + 1));
-  return t;
-}
-
-// A file of this process's own, removed at exit.
-const fs::path& temp_dir() {
-  struct Dir {
-    fs::path path;
-    Dir() {
-      path = fs::temp_directory_path() / ("attend_test_bad_input_" + std::to_string(std::random_device{}()));
-      fs::create_directories(path);
-    }
-    ~Dir() {
-      std::error_code ignored;
-      fs::remove_all(path, ignored);
-    }
-  };
-  static const Dir dir;
-  return dir.path;
-}
-
 // An nn.MultiheadAttention(4, heads, bias=True) state dict: packed in_proj (12, 4), out_proj (4, 4).
 template <class Scalar>
 StateDict<Scalar> torch_mha() {
-  return {{"in_proj_weight", tensor<Scalar>({12, 4})},
-          {"in_proj_bias", tensor<Scalar>({12})},
-          {"out_proj.weight", tensor<Scalar>({4, 4})},
-          {"out_proj.bias", tensor<Scalar>({4})}};
+  return {{"in_proj_weight", counting_tensor<Scalar>({12, 4})},
+          {"in_proj_bias", counting_tensor<Scalar>({12})},
+          {"out_proj.weight", counting_tensor<Scalar>({4, 4})},
+          {"out_proj.bias", counting_tensor<Scalar>({4})}};
 }
 
 // ---- the table ----------------------------------------------------------------------------------------------------
@@ -504,24 +469,27 @@ std::vector<Row> table() {
   rows.push_back(module_row<T, Lin>("Linear::load_state_dict: a missing bias",
                                     {"Linear::load_state_dict", "missing", "\"bias\"", "(3)"}, make_linear, run_linear,
                                     [](Lin& m) {
-                                      m.load_state_dict({{"weight", tensor<T>({3, 4})}});
+                                      m.load_state_dict({{"weight", counting_tensor<T>({3, 4})}});
                                     }));
   rows.push_back(module_row<T, Lin>("Linear::load_state_dict: weight of the wrong shape",
                                     {"Linear::load_state_dict", "\"weight\"", "(3, 4)", "got (4, 3)"}, make_linear,
                                     run_linear, [](Lin& m) {
-                                      m.load_state_dict({{"weight", tensor<T>({4, 3})}, {"bias", tensor<T>({3})}});
+                                      m.load_state_dict(
+                                          {{"weight", counting_tensor<T>({4, 3})}, {"bias", counting_tensor<T>({3})}});
                                     }));
   rows.push_back(module_row<T, Lin>(
       "Linear::load_state_dict: an unexpected name",
       {"Linear::load_state_dict", "unexpected", "\"weights\"", "\"weight\", \"bias\""}, make_linear, run_linear,
       [](Lin& m) {
-        m.load_state_dict({{"weight", tensor<T>({3, 4})}, {"bias", tensor<T>({3})}, {"weights", tensor<T>({3, 4})}});
+        m.load_state_dict({{"weight", counting_tensor<T>({3, 4})},
+                           {"bias", counting_tensor<T>({3})},
+                           {"weights", counting_tensor<T>({3, 4})}});
       }));
   rows.push_back(module_row<T, Lin>("Linear::load_state_dict: fewer values than the shape holds",
                                     {"Linear::load_state_dict", "\"bias\"", "(3)", "2 values"}, make_linear, run_linear,
                                     [](Lin& m) {
                                       NamedTensor<T> bias{{3}, {T(1), T(2)}};
-                                      m.load_state_dict({{"weight", tensor<T>({3, 4})}, {"bias", bias}});
+                                      m.load_state_dict({{"weight", counting_tensor<T>({3, 4})}, {"bias", bias}});
                                     }));
 
   // -- DotProductAttention --
@@ -583,7 +551,7 @@ std::vector<Row> table() {
           [](DPA& m) { m.set_path(static_cast<attend::AttentionPath>(opaque(7))); });
   dpa_row("DotProductAttention::load_state_dict: any tensor",
           {"DotProductAttention::load_state_dict", "unexpected", "\"W_q.weight\"", "no parameters"}, [](DPA& m) {
-            m.load_state_dict({{"W_q.weight", tensor<T>({2, 2})}});
+            m.load_state_dict({{"W_q.weight", counting_tensor<T>({2, 2})}});
           });
 
   // -- AdditiveAttention --
@@ -652,12 +620,13 @@ std::vector<Row> table() {
   add_row(
       "AdditiveAttention::load_state_dict: W_q.weight of the wrong shape",
       {"AdditiveAttention::load_state_dict", "\"W_q.weight\"", "(5, 4)", "got (5, 3)"}, [](Add& m) {
-        m.load_state_dict(
-            {{"W_k.weight", tensor<T>({5, 3})}, {"W_q.weight", tensor<T>({5, 3})}, {"w_v.weight", tensor<T>({1, 5})}});
+        m.load_state_dict({{"W_k.weight", counting_tensor<T>({5, 3})},
+                           {"W_q.weight", counting_tensor<T>({5, 3})},
+                           {"w_v.weight", counting_tensor<T>({1, 5})}});
       });
   add_row("AdditiveAttention::load_state_dict: w_v.weight missing",
           {"AdditiveAttention::load_state_dict", "missing", "\"w_v.weight\"", "(1, 5)"}, [](Add& m) {
-            m.load_state_dict({{"W_k.weight", tensor<T>({5, 3})}, {"W_q.weight", tensor<T>({5, 4})}});
+            m.load_state_dict({{"W_k.weight", counting_tensor<T>({5, 3})}, {"W_q.weight", counting_tensor<T>({5, 4})}});
           });
 
   // -- MultiHeadAttention --
@@ -797,17 +766,17 @@ std::vector<Row> table() {
           [](MHA& m) { m.set_path(static_cast<attend::AttentionPath>(opaque(-1))); });
   const auto mha_dict = [] {
     StateDict<T> d;
-    for (const char* p : {"W_q", "W_k", "W_v", "W_o"}) d[std::string(p) + ".bias"] = tensor<T>({6});
-    d["W_q.weight"] = tensor<T>({6, 4});
-    d["W_k.weight"] = tensor<T>({6, 3});
-    d["W_v.weight"] = tensor<T>({6, 5});
-    d["W_o.weight"] = tensor<T>({6, 6});
+    for (const char* p : {"W_q", "W_k", "W_v", "W_o"}) d[std::string(p) + ".bias"] = counting_tensor<T>({6});
+    d["W_q.weight"] = counting_tensor<T>({6, 4});
+    d["W_k.weight"] = counting_tensor<T>({6, 3});
+    d["W_v.weight"] = counting_tensor<T>({6, 5});
+    d["W_o.weight"] = counting_tensor<T>({6, 6});
     return d;
   };
   mha_row("MultiHeadAttention::load_state_dict: W_k.weight of the wrong shape",
           {"MultiHeadAttention::load_state_dict", "\"W_k.weight\"", "(6, 3)", "got (3, 6)"}, [mha_dict](MHA& m) {
             auto d = mha_dict();
-            d["W_k.weight"] = tensor<T>({3, 6});
+            d["W_k.weight"] = counting_tensor<T>({3, 6});
             m.load_state_dict(d);
           });
   mha_row("MultiHeadAttention::load_state_dict: W_o.bias missing",
@@ -823,7 +792,7 @@ std::vector<Row> table() {
           {"MultiHeadAttention::load_state_dict", "unexpected", "\"W_x.weight\"", "\"W_q.weight\""},
           [mha_dict](MHA& m) {
             auto d = mha_dict();
-            d["W_x.weight"] = tensor<T>({6, 6});
+            d["W_x.weight"] = counting_tensor<T>({6, 6});
             m.load_state_dict(d);
           });
 
@@ -852,7 +821,7 @@ std::vector<Row> table() {
   rows.push_back(module_row<T, PE>("PositionalEncoding::load_state_dict: P",
                                    {"PositionalEncoding::load_state_dict", "unexpected", "\"P\"", "no parameters"},
                                    make_pe, run_pe, [](PE& m) {
-                                     m.load_state_dict({{"P", tensor<T>({8, 6})}});
+                                     m.load_state_dict({{"P", counting_tensor<T>({8, 6})}});
                                    }));
 
   // -- RNN --
@@ -911,17 +880,17 @@ std::vector<Row> table() {
           [](Rnn& m) { (void)m.multiply_adds(2, -2); });
   rnn_row("RNN::load_state_dict: nn.RNN's names without _l0",
           {"RNN::load_state_dict", "missing", "\"weight_ih_l0\"", "(3, 4)"}, [](Rnn& m) {
-            m.load_state_dict({{"weight_ih", tensor<T>({3, 4})},
-                               {"weight_hh", tensor<T>({3, 3})},
-                               {"bias_ih", tensor<T>({3})},
-                               {"bias_hh", tensor<T>({3})}});
+            m.load_state_dict({{"weight_ih", counting_tensor<T>({3, 4})},
+                               {"weight_hh", counting_tensor<T>({3, 3})},
+                               {"bias_ih", counting_tensor<T>({3})},
+                               {"bias_hh", counting_tensor<T>({3})}});
           });
   rnn_row("RNN::load_state_dict: bias_ih_l0 of the wrong shape",
           {"RNN::load_state_dict", "\"bias_ih_l0\"", "(3)", "got (4)"}, [](Rnn& m) {
-            m.load_state_dict({{"weight_ih_l0", tensor<T>({3, 4})},
-                               {"weight_hh_l0", tensor<T>({3, 3})},
-                               {"bias_ih_l0", tensor<T>({4})},
-                               {"bias_hh_l0", tensor<T>({3})}});
+            m.load_state_dict({{"weight_ih_l0", counting_tensor<T>({3, 4})},
+                               {"weight_hh_l0", counting_tensor<T>({3, 3})},
+                               {"bias_ih_l0", counting_tensor<T>({4})},
+                               {"bias_hh_l0", counting_tensor<T>({3})}});
           });
 
   // -- Conv1d --
@@ -970,25 +939,25 @@ std::vector<Row> table() {
            [](Conv& m) { (void)m.multiply_adds(1, -1); });
   conv_row("Conv1d::load_state_dict: weight of rank 2",
            {"Conv1d::load_state_dict", "\"weight\"", "(3, 4, 3)", "got (3, 12)"}, [](Conv& m) {
-             m.load_state_dict({{"weight", tensor<T>({3, 12})}, {"bias", tensor<T>({3})}});
+             m.load_state_dict({{"weight", counting_tensor<T>({3, 12})}, {"bias", counting_tensor<T>({3})}});
            });
 
   // -- state dicts and safetensors (the error paths test_safetensors.cpp does not take) --
   rows.push_back(plain("copy_into: a vector of another size", {"to_vector", "\"b\"", "(4)", "got (3)"}, [] {
     Vector<T> b = Vector<T>::Zero(4);
-    attend::copy_into(StateDict<T>{{"b", tensor<T>({3})}}, "b", b);
+    attend::copy_into(StateDict<T>{{"b", counting_tensor<T>({3})}}, "b", b);
   }));
   rows.push_back(
       plain("copy_into: a Tensor3 of another shape", {"to_tensor3", "\"w\"", "(2, 3, 4)", "got (2, 4, 3)"}, [] {
         Tensor3<T> w(2, 3, 4);
-        attend::copy_into(StateDict<T>{{"w", tensor<T>({2, 4, 3})}}, "w", w);
+        attend::copy_into(StateDict<T>{{"w", counting_tensor<T>({2, 4, 3})}}, "w", w);
       }));
   rows.push_back(plain("to_scalar: a missing name", {"to_scalar", "no tensor", "\"s\"", "\"a\""}, [] {
-    (void)attend::to_scalar(StateDict<T>{{"a", tensor<T>({})}}, "s");
+    (void)attend::to_scalar(StateDict<T>{{"a", counting_tensor<T>({})}}, "s");
   }));
   rows.push_back(
       plain("to_tensor3: fewer values than the shape holds", {"to_tensor3", "\"X\"", "(1, 2, 3)", "5 values"}, [] {
-        NamedTensor<T> t = tensor<T>({1, 2, 3});
+        NamedTensor<T> t = counting_tensor<T>({1, 2, 3});
         t.values.pop_back();
         (void)attend::to_tensor3(t, "X");
       }));
@@ -1010,14 +979,14 @@ std::vector<Row> table() {
         "save_safetensors: a path that is a directory",
         {"save_safetensors: " + path, "cannot open the file for writing"},
         [path] {
-          attend::save_safetensors<T>(path, {{"w", tensor<T>({2})}});
+          attend::save_safetensors<T>(path, {{"w", counting_tensor<T>({2})}});
         },
         Throws::safetensors_error));
   }
   rows.push_back(
       plain("save_safetensors: a metadata key that is not UTF-8", {"save_safetensors", "metadata", "valid UTF-8"}, [] {
         const std::string path = (temp_dir() / "bad_key.safetensors").string();
-        attend::save_safetensors<T>(path, {{"w", tensor<T>({2})}}, {{"k\xff", "v"}});
+        attend::save_safetensors<T>(path, {{"w", counting_tensor<T>({2})}}, {{"k\xff", "v"}});
       }));
 
   // -- from_torch --
@@ -1039,14 +1008,14 @@ std::vector<Row> table() {
   rows.push_back(plain("multi_head_attention_from_torch: bias_k present",
                        {"multi_head_attention_from_torch", "\"bias_k\"", "add_bias_kv"}, [from_torch] {
                          auto d = torch_mha<T>();
-                         d["bias_k"] = tensor<T>({1, 1, 4});
+                         d["bias_k"] = counting_tensor<T>({1, 1, 4});
                          from_torch(d);
                        }));
   rows.push_back(plain(
       "multi_head_attention_from_torch: in_proj_weight (12, 3)",
       {"multi_head_attention_from_torch", "\"in_proj_weight\"", "(3 * embed_dim, embed_dim)", "(12, 3)"}, [from_torch] {
         auto d = torch_mha<T>();
-        d["in_proj_weight"] = tensor<T>({12, 3});
+        d["in_proj_weight"] = counting_tensor<T>({12, 3});
         from_torch(d);
       }));
   rows.push_back(plain("multi_head_attention_from_torch: in_proj_weight with fewer values than its shape",
@@ -1058,21 +1027,21 @@ std::vector<Row> table() {
   rows.push_back(plain("multi_head_attention_from_torch: q_proj_weight without k_proj_weight",
                        {"multi_head_attention_from_torch", "\"q_proj_weight\"", "\"k_proj_weight\" is missing"},
                        [from_torch] {
-                         from_torch({{"q_proj_weight", tensor<T>({4, 4})},
-                                     {"v_proj_weight", tensor<T>({4, 5})},
-                                     {"out_proj.weight", tensor<T>({4, 4})}});
+                         from_torch({{"q_proj_weight", counting_tensor<T>({4, 4})},
+                                     {"v_proj_weight", counting_tensor<T>({4, 5})},
+                                     {"out_proj.weight", counting_tensor<T>({4, 4})}});
                        }));
   rows.push_back(plain("multi_head_attention_from_torch: k_proj_weight of the wrong embed_dim",
                        {"multi_head_attention_from_torch", "\"k_proj_weight\"", "(4, kdim)", "(3, 6)"}, [from_torch] {
-                         from_torch({{"q_proj_weight", tensor<T>({4, 4})},
-                                     {"k_proj_weight", tensor<T>({3, 6})},
-                                     {"v_proj_weight", tensor<T>({4, 5})},
-                                     {"out_proj.weight", tensor<T>({4, 4})}});
+                         from_torch({{"q_proj_weight", counting_tensor<T>({4, 4})},
+                                     {"k_proj_weight", counting_tensor<T>({3, 6})},
+                                     {"v_proj_weight", counting_tensor<T>({4, 5})},
+                                     {"out_proj.weight", counting_tensor<T>({4, 4})}});
                        }));
   rows.push_back(plain("multi_head_attention_from_torch: no projection at all",
                        {"multi_head_attention_from_torch", "missing \"in_proj_weight\"", "\"out_proj.weight\""},
                        [from_torch] {
-                         from_torch({{"out_proj.weight", tensor<T>({4, 4})}});
+                         from_torch({{"out_proj.weight", counting_tensor<T>({4, 4})}});
                        }));
   rows.push_back(plain("multi_head_attention_from_torch: out_proj.weight missing",
                        {"multi_head_attention_from_torch", "missing \"out_proj.weight\"", "(4, 4)"}, [from_torch] {
@@ -1084,7 +1053,7 @@ std::vector<Row> table() {
                        {"multi_head_attention_from_torch", "\"out_proj.weight\"", "(4, 4)", "got (4, 5)"},
                        [from_torch] {
                          auto d = torch_mha<T>();
-                         d["out_proj.weight"] = tensor<T>({4, 5});
+                         d["out_proj.weight"] = counting_tensor<T>({4, 5});
                          from_torch(d);
                        }));
   rows.push_back(plain("multi_head_attention_from_torch: in_proj_bias without out_proj.bias",
@@ -1097,7 +1066,7 @@ std::vector<Row> table() {
   rows.push_back(plain("multi_head_attention_from_torch: in_proj_bias (4)",
                        {"multi_head_attention_from_torch", "\"in_proj_bias\"", "(12)", "got (4)"}, [from_torch] {
                          auto d = torch_mha<T>();
-                         d["in_proj_bias"] = tensor<T>({4});
+                         d["in_proj_bias"] = counting_tensor<T>({4});
                          from_torch(d);
                        }));
   rows.push_back(
@@ -1105,7 +1074,7 @@ std::vector<Row> table() {
             {"multi_head_attention_from_torch", "unexpected tensor", "\"encoder.out_proj.bias\"", "\"out_proj.bias\""},
             [from_torch] {
               auto d = torch_mha<T>();
-              d["encoder.out_proj.bias"] = tensor<T>({4});
+              d["encoder.out_proj.bias"] = counting_tensor<T>({4});
               from_torch(d);
             }));
   rows.push_back(

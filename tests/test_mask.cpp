@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <support/fixture.hpp>
+#include <support/fixture_modules.hpp>
 #include <support/lens.hpp>
 #include <support/matchers.hpp>
 #include <type_traits>
@@ -50,25 +51,6 @@ Mask mask_from(const attend_test::Fixture& fixture) {
   if (fixture.has("keep")) mask = mask && Mask::keep(booleans(fixture, "keep"));
   if (fixture.index("fully_masked_zero") != 0) mask = mask.when_fully_masked(FullyMasked::zero);
   return mask;
-}
-
-// A MultiHeadAttention of the fixture's sizes holding its parameters, in eval mode.
-template <class Scalar>
-attend::MultiHeadAttention<Scalar> mha_from(const attend_test::Fixture& fixture) {
-  const auto W_q = fixture.matrix<Scalar>("W_q.weight");  // (num_hiddens, query_size)
-  const auto W_k = fixture.matrix<Scalar>("W_k.weight");  // (num_hiddens, key_size)
-  const auto W_v = fixture.matrix<Scalar>("W_v.weight");  // (num_hiddens, value_size)
-  const bool bias = fixture.index("bias") != 0;
-  attend::MultiHeadAttention<Scalar> attention(W_k.cols(), W_q.cols(), W_v.cols(), W_q.rows(),
-                                               fixture.index("num_heads"), Scalar(0.5), bias);
-  const std::pair<const char*, attend::Linear<Scalar>*> layers[] = {
-      {"W_q", &attention.W_q()}, {"W_k", &attention.W_k()}, {"W_v", &attention.W_v()}, {"W_o", &attention.W_o()}};
-  for (const auto& [name, layer] : layers) {
-    layer->weight() = fixture.matrix<Scalar>(std::string(name) + ".weight");
-    if (bias) layer->bias() = fixture.vector<Scalar>(std::string(name) + ".bias");
-  }
-  attention.eval();
-  return attention;
 }
 
 template <class Scalar>
@@ -186,7 +168,7 @@ TEMPLATE_TEST_CASE("MultiHeadAttention with a Mask matches d2l's code with a kee
                              "mask_mha_causal_lens_uniform", "mask_mha_causal_lens_zero");
   CAPTURE(name);
   const attend_test::Fixture fixture(name);
-  auto attention = mha_from<TestType>(fixture);
+  auto attention = attend_test::mha_from_fixture<TestType>(fixture);
   const Tensor3<TestType> output = attention(fixture.tensor3<TestType>("queries"), fixture.tensor3<TestType>("keys"),
                                              fixture.tensor3<TestType>("values"), mask_from(fixture));
   const auto tolerance = attend_test::tolerance<TestType>();

@@ -5,6 +5,7 @@
 #include <attend/transpose_qkv.hpp>
 #include <catch2/catch.hpp>
 #include <support/fixture.hpp>
+#include <support/fixture_modules.hpp>
 #include <support/lens.hpp>
 #include <support/matchers.hpp>
 
@@ -13,25 +14,6 @@ using attend::Tensor3;
 using attend::ValidLens;
 
 namespace {
-
-// Copies the fixture's parameters ("W_q.weight", "W_q.bias", ...) into a module of the fixture's sizes.
-template <class Scalar>
-attend::MultiHeadAttention<Scalar> from_fixture(const attend_test::Fixture& fixture) {
-  const auto W_q = fixture.matrix<Scalar>("W_q.weight");  // (num_hiddens, query_size)
-  const auto W_k = fixture.matrix<Scalar>("W_k.weight");  // (num_hiddens, key_size)
-  const auto W_v = fixture.matrix<Scalar>("W_v.weight");  // (num_hiddens, value_size)
-  const bool bias = fixture.index("bias") != 0;
-  attend::MultiHeadAttention<Scalar> attention(W_k.cols(), W_q.cols(), W_v.cols(), W_q.rows(),
-                                               fixture.index("num_heads"), Scalar(0.5), bias);
-  const std::pair<const char*, attend::Linear<Scalar>*> layers[] = {
-      {"W_q", &attention.W_q()}, {"W_k", &attention.W_k()}, {"W_v", &attention.W_v()}, {"W_o", &attention.W_o()}};
-  for (const auto& [name, layer] : layers) {
-    layer->weight() = fixture.matrix<Scalar>(std::string(name) + ".weight");
-    if (bias) layer->bias() = fixture.vector<Scalar>(std::string(name) + ".bias");
-  }
-  attention.eval();
-  return attention;
-}
 
 // d2l: valid_lens = torch.repeat_interleave(valid_lens, repeats=num_heads, dim=0).
 ValidLens repeat_interleave(const ValidLens& lens, Index num_heads) {
@@ -59,7 +41,7 @@ TEMPLATE_TEST_CASE("MultiHeadAttention matches d2l's (cross-attention, heads, bi
   const std::string name = GENERATE(from_range(std::begin(golden_cases), std::end(golden_cases)));
   CAPTURE(name);
   const attend_test::Fixture fixture(name);
-  auto attention = from_fixture<TestType>(fixture);
+  auto attention = attend_test::mha_from_fixture<TestType>(fixture);
   const Tensor3<TestType> output = attention(fixture.tensor3<TestType>("queries"), fixture.tensor3<TestType>("keys"),
                                              fixture.tensor3<TestType>("values"), attend_test::valid_lens(fixture));
   const auto tolerance = attend_test::tolerance<TestType>();
@@ -72,7 +54,7 @@ TEMPLATE_TEST_CASE("MultiHeadAttention matches d2l's on the seed's self-attentio
                    float, double) {
   const attend_test::Fixture fixture("mha_self_seed");
   const Tensor3<TestType> X = fixture.tensor3<TestType>("X");  // (2, 4, 100)
-  auto attention = from_fixture<TestType>(fixture);
+  auto attention = attend_test::mha_from_fixture<TestType>(fixture);
   REQUIRE(attention.num_heads() == 5);
   const Tensor3<TestType> output = attention(X, X, X, attend_test::valid_lens(fixture));
   const auto tolerance = attend_test::tolerance<TestType>();
@@ -88,7 +70,7 @@ TEMPLATE_TEST_CASE("MultiHeadAttention's strided heads equal the literal transpo
   const std::string name = GENERATE(from_range(std::begin(golden_cases), std::end(golden_cases)));
   CAPTURE(name);
   const attend_test::Fixture fixture(name);
-  auto attention = from_fixture<TestType>(fixture);
+  auto attention = attend_test::mha_from_fixture<TestType>(fixture);
   const auto queries = fixture.tensor3<TestType>("queries");  // (2, 3, 5)
   const auto keys = fixture.tensor3<TestType>("keys");        // (2, 7, 6)
   const auto values = fixture.tensor3<TestType>("values");    // (2, 7, 4)

@@ -12,10 +12,11 @@
 #include <iterator>
 #include <limits>
 #include <map>
-#include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <support/named_tensors.hpp>
+#include <support/temp_files.hpp>
 #include <vector>
 
 #ifndef ATTEND_BROKEN_DIR
@@ -31,34 +32,15 @@ using attend::Tensor3;
 using attend::Vector;
 using Catch::Matchers::Contains;
 using Catch::Matchers::Equals;
+using attend_test::counting_tensor;
+using attend_test::safetensors_path;
+using attend_test::temp_dir;
 
 namespace fs = std::filesystem;
 
 namespace {
 
 using Shape = std::vector<Index>;
-
-// A directory of this process's own (test cases run in parallel under ctest), removed at exit.
-const fs::path& temp_dir() {
-  struct Dir {
-    fs::path path;
-    Dir() {
-      path = fs::temp_directory_path() / ("attend_test_safetensors_" + std::to_string(std::random_device{}()));
-      fs::create_directories(path);
-    }
-    ~Dir() {
-      std::error_code ignored;
-      fs::remove_all(path, ignored);
-    }
-  };
-  static const Dir dir;
-  return dir.path;
-}
-
-template <class Scalar>
-std::string temp_path(const std::string& stem) {
-  return (temp_dir() / (stem + (sizeof(Scalar) == 4 ? "_float" : "_double") + ".safetensors")).string();
-}
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -97,14 +79,6 @@ void require_same_values(const std::vector<Scalar>& actual, const std::vector<Sc
     INFO("element " << i << ": " << actual[i] << " vs " << expected[i]);
     CHECK(same_value(actual[i], expected[i]));
   }
-}
-
-// Values 0.5, -1.25, 2.0, ... as Scalar: exact in both types, all different.
-template <class Scalar>
-NamedTensor<Scalar> counting_tensor(Shape shape) {
-  NamedTensor<Scalar> t{std::move(shape), {}};
-  for (Index i = 0; i < t.numel(); ++i) t.values.push_back(Scalar(i % 2 ? -1 : 1) * (Scalar(0.5) + Scalar(0.75) * Scalar(i)));
-  return t;
 }
 
 // The broken files and the phrase each one's message must contain (besides the file name).
@@ -198,7 +172,7 @@ TEMPLATE_TEST_CASE("Every broken file throws a runtime_error naming the file and
 
 TEST_CASE("A header length over 100 MB is refused before anything is read", "[safetensors]") {
   // A sparse file of 100 MB + 9 bytes whose header length is 100'000'001: inside the file, over the limit.
-  const std::string path = temp_path<float>("header_too_large");
+  const std::string path = safetensors_path<float>("header_too_large");
   write_file(path, "", "");
   {
     std::fstream out(path, std::ios::binary | std::ios::in | std::ios::out);
@@ -249,7 +223,7 @@ TEMPLATE_TEST_CASE("F16 and BF16 decode exactly, subnormals, infinities and NaN 
   REQUIRE(9.183549615799121e-41 == std::ldexp(1.0, -133));
   REQUIRE(3.3895313892515355e+38 == std::ldexp(255.0, 120));
 
-  const std::string path = temp_path<T>("f16_bf16");
+  const std::string path = safetensors_path<T>("f16_bf16");
   write_file(path,
              R"({"half":{"dtype":"F16","shape":[3,4],"data_offsets":[0,24]},)"
              R"("brain":{"dtype":"BF16","shape":[2,1,4],"data_offsets":[24,40]}})",
@@ -275,7 +249,7 @@ TEMPLATE_TEST_CASE("F16 and BF16 decode exactly, subnormals, infinities and NaN 
 
 TEST_CASE("Headers padded with whitespace, entries in any order, unknown fields and empty tensors are read",
           "[safetensors]") {
-  const std::string path = temp_path<double>("liberal_header");
+  const std::string path = safetensors_path<double>("liberal_header");
   std::string data;
   const double values[] = {1.5, -2.0};
   for (double v : values) {
@@ -308,7 +282,7 @@ TEST_CASE("Headers padded with whitespace, entries in any order, unknown fields 
 }
 
 TEST_CASE("An empty header object is a file with no tensors", "[safetensors]") {
-  const std::string path = temp_path<float>("no_tensors");
+  const std::string path = safetensors_path<float>("no_tensors");
   write_file(path, "{}      ", "");
   CHECK(attend::load_safetensors<float>(path).empty());
 }
@@ -353,7 +327,7 @@ TEST_CASE("save_safetensors writes the reference layout byte for byte", "[safete
     dict["attn.0"] = {{1, 2, 3}, {0, 1, 2, 3, 4, 5}};
     dict["b"] = {{2}, {-1.5f, 0.25f}};
     dict["a"] = {{}, {7}};
-    const std::string path = temp_path<float>("layout");
+    const std::string path = safetensors_path<float>("layout");
     attend::save_safetensors(path, dict, {{"format", "pt"}});
     CHECK(read_bytes(path) == read_bytes(std::string(ATTEND_BROKEN_DIR) + "/valid/layout_f32.safetensors"));
   }
@@ -361,7 +335,7 @@ TEST_CASE("save_safetensors writes the reference layout byte for byte", "[safete
     StateDict<double> dict;
     dict["W_q.weight"] = {{2, 2}, {0.1, 0.2, 0.3, 0.4}};
     dict["empty"] = {{3, 0}, {}};
-    const std::string path = temp_path<double>("layout");
+    const std::string path = safetensors_path<double>("layout");
     attend::save_safetensors(path, dict);
     CHECK(read_bytes(path) == read_bytes(std::string(ATTEND_BROKEN_DIR) + "/valid/layout_f64.safetensors"));
   }
@@ -372,7 +346,7 @@ TEST_CASE("save_safetensors writes the reference layout byte for byte", "[safete
       std::memcpy(&bits, &v, sizeof bits);
       for (int i = 0; i < 4; ++i) data += static_cast<char>((bits >> (8 * i)) & 0xffu);
     }
-    const std::string path = temp_path<float>("reference_example");
+    const std::string path = safetensors_path<float>("reference_example");
     // "attn.0" of shape (1, 2, 3): the header is 64 bytes, already a multiple of 8.
     attend::save_safetensors(path, StateDict<float>{{"attn.0", {{1, 2, 3}, {0, 1, 2, 3, 4, 5}}}});
     CHECK(read_bytes(path) == std::string("\x40\0\0\0\0\0\0\0", 8) +
@@ -410,7 +384,7 @@ TEMPLATE_TEST_CASE("save then load gives the same tensors, ranks 0 to 4, empty o
   dict["layer.0.weight \u00e9\u4e2d"] = counting_tensor<T>({2});  // any UTF-8 name
   const Metadata metadata{{"format", "pt"}, {"note", "\u00fcber \"quoted\"\n"}};
 
-  const std::string path = temp_path<T>("round_trip");
+  const std::string path = safetensors_path<T>("round_trip");
   attend::save_safetensors(path, dict, metadata);
   Metadata loaded_metadata;
   const StateDict<T> loaded = attend::load_safetensors<T>(path, loaded_metadata);
@@ -431,14 +405,14 @@ TEMPLATE_TEST_CASE("save then load gives the same tensors, ranks 0 to 4, empty o
 TEST_CASE("float files load as double exactly, double files as float rounded to nearest", "[safetensors]") {
   StateDict<float> floats;
   floats["x"] = {{3}, {0.1f, -3.5f, 1e-40f}};
-  const std::string float_path = temp_path<float>("cross");
+  const std::string float_path = safetensors_path<float>("cross");
   attend::save_safetensors(float_path, floats);
   const auto as_double = attend::load_safetensors<double>(float_path);
   CHECK(as_double.at("x").values == std::vector<double>{double(0.1f), -3.5, double(1e-40f)});
 
   StateDict<double> doubles;
   doubles["x"] = {{3}, {0.1, 1.0 / 3.0, 1e-50}};
-  const std::string double_path = temp_path<double>("cross");
+  const std::string double_path = safetensors_path<double>("cross");
   attend::save_safetensors(double_path, doubles);
   const auto as_float = attend::load_safetensors<float>(double_path);
   CHECK(as_float.at("x").values == std::vector<float>{0.1f, 1.0f / 3.0f, 0.0f});
@@ -456,7 +430,7 @@ TEMPLATE_TEST_CASE("A Linear layer's parameters survive a save and a load", "[sa
   dict["bias"] = attend::named_tensor(trained.bias());      // (3)
   CHECK(dict["weight"].shape == Shape{3, 4});
   CHECK(dict["bias"].shape == Shape{3});
-  const std::string path = temp_path<T>("linear");
+  const std::string path = safetensors_path<T>("linear");
   attend::save_safetensors(path, dict);
 
   const auto loaded = attend::load_safetensors<T>(path);
@@ -469,7 +443,7 @@ TEMPLATE_TEST_CASE("A Linear layer's parameters survive a save and a load", "[sa
 // ---- bad dicts on saving ------------------------------------------------------------------------------------------
 
 TEST_CASE("save_safetensors refuses inconsistent tensors and writes nothing", "[safetensors]") {
-  const std::string path = temp_path<float>("refused");
+  const std::string path = safetensors_path<float>("refused");
   const auto refuses = [&](const StateDict<float>& dict, const std::string& text, const Metadata& metadata = {}) {
     REQUIRE_THROWS_AS(attend::save_safetensors(path, dict, metadata), std::invalid_argument);
     REQUIRE_THROWS_WITH(attend::save_safetensors(path, dict, metadata), Equals(text));

@@ -13,15 +13,16 @@
 #include <attend/state_dict.hpp>
 #include <catch2/catch.hpp>
 #include <cstdint>
-#include <filesystem>
 #include <map>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <support/fixture.hpp>
+#include <support/fixture_modules.hpp>
 #include <support/lens.hpp>
 #include <support/matchers.hpp>
+#include <support/named_tensors.hpp>
 #include <support/random_tensor.hpp>
+#include <support/temp_files.hpp>
 #include <vector>
 
 using attend::Generator;
@@ -31,33 +32,15 @@ using attend::StateDict;
 using attend::Tensor3;
 using Catch::Matchers::Equals;
 
-namespace fs = std::filesystem;
-
+using attend_test::counting_tensor;
+using attend_test::fixture_state_dict;
 using attend_test::random_tensor;
+using attend_test::same;
 
 namespace {
 
 using Shape = std::vector<Index>;
 using Shapes = std::map<std::string, Shape>;
-
-// Same shape and the same values, bit for bit.
-template <class Scalar>
-bool same(const Tensor3<Scalar>& a, const Tensor3<Scalar>& b) {
-  if (a.dimensions() != b.dimensions()) return false;
-  for (Index i = 0; i < a.size(); ++i)
-    if (a.data()[i] != b.data()[i]) return false;
-  return true;
-}
-
-template <class Scalar>
-bool same(const StateDict<Scalar>& a, const StateDict<Scalar>& b) {
-  if (a.size() != b.size()) return false;
-  for (const auto& [name, tensor] : a) {
-    const auto found = b.find(name);
-    if (found == b.end() || found->second.shape != tensor.shape || found->second.values != tensor.values) return false;
-  }
-  return true;
-}
 
 template <class Scalar>
 Shapes shapes(const StateDict<Scalar>& dict) {
@@ -74,54 +57,6 @@ std::vector<std::string> visit_order(const Module& module) {
   return names;
 }
 
-// A file of this process's own (test cases run in parallel under ctest), removed at exit.
-std::string temp_path(const std::string& stem) {
-  struct Dir {
-    fs::path path;
-    Dir() {
-      path = fs::temp_directory_path() / ("attend_test_state_dict_" + std::to_string(std::random_device{}()));
-      fs::create_directories(path);
-    }
-    ~Dir() {
-      std::error_code ignored;
-      fs::remove_all(path, ignored);
-    }
-  };
-  static const Dir dir;
-  return (dir.path / (stem + ".safetensors")).string();
-}
-
-// A tensor of the given shape with values 0.5, 1.5, ... (any values will do where only the shape is checked).
-template <class Scalar>
-NamedTensor<Scalar> filled(Shape shape) {
-  NamedTensor<Scalar> t{std::move(shape), {}};
-  for (Index i = 0; i < t.numel(); ++i) t.values.push_back(Scalar(0.5) + Scalar(i));
-  return t;
-}
-
-// Entry `name` of a fixture as a NamedTensor, whatever its rank (1 to 3).
-template <class Scalar>
-NamedTensor<Scalar> fixture_tensor(const attend_test::Fixture& fixture, const std::string& name) {
-  switch (fixture.shape(name).size()) {
-    case 1:
-      return attend::named_tensor(fixture.vector<Scalar>(name));
-    case 2:
-      return attend::named_tensor(fixture.matrix<Scalar>(name));
-    default:
-      return attend::named_tensor(fixture.tensor3<Scalar>(name));
-  }
-}
-
-// The parameters of a fixture: entry fixture_names[i] under module_names[i].
-template <class Scalar>
-StateDict<Scalar> fixture_dict(const attend_test::Fixture& fixture, const std::vector<std::string>& fixture_names,
-                               const std::vector<std::string>& module_names) {
-  StateDict<Scalar> dict;
-  for (std::size_t i = 0; i < fixture_names.size(); ++i)
-    dict[module_names[i]] = fixture_tensor<Scalar>(fixture, fixture_names[i]);
-  return dict;
-}
-
 // Round trips: a module made from another seed gives other outputs, then, after load_state_dict of the trained
 // one's state_dict() (in memory, and through save_safetensors / load_safetensors), exactly the trained one's.
 //   make(seed) -> a module;  run(module) -> its output on fixed input
@@ -136,7 +71,7 @@ void require_round_trip(Make make, Run run, const std::string& stem) {
   CHECK(same(run(fresh), expected));
   CHECK(same(fresh.state_dict(), trained.state_dict()));
 
-  const std::string path = temp_path(stem + (sizeof(Scalar) == 4 ? "_float" : "_double"));
+  const std::string path = attend_test::safetensors_path<Scalar>(stem);
   attend::save_safetensors(path, trained.state_dict());
   auto loaded = make(3);
   REQUIRE_FALSE(same(run(loaded), expected));
@@ -274,7 +209,7 @@ TEMPLATE_TEST_CASE("load_state_dict takes d2l's and PyTorch's parameters by name
       }
       attend::MultiHeadAttention<T> attention(6, 5, 4, 12, f.index("num_heads"), T(0.5), bias);
       attention.eval();
-      attention.load_state_dict(fixture_dict<T>(f, names, names));
+      attention.load_state_dict(fixture_state_dict<T>(f, names, names));
       const auto output =
           attention(f.tensor3<T>("queries"), f.tensor3<T>("keys"), f.tensor3<T>("values"), attend_test::valid_lens(f));
       REQUIRE_THAT(output, attend_test::Near(f.tensor3<double>("output"), tol));
@@ -285,7 +220,7 @@ TEMPLATE_TEST_CASE("load_state_dict takes d2l's and PyTorch's parameters by name
     const std::vector<std::string> names{"W_k.weight", "W_q.weight", "w_v.weight"};
     attend::AdditiveAttention<T> attention(3, 5, 8, T(0.1));
     attention.eval();
-    attention.load_state_dict(fixture_dict<T>(f, names, names));
+    attention.load_state_dict(fixture_state_dict<T>(f, names, names));
     const auto output =
         attention(f.tensor3<T>("queries"), f.tensor3<T>("keys"), f.tensor3<T>("values"), attend_test::valid_lens(f));
     REQUIRE_THAT(output, attend_test::Near(f.tensor3<double>("output"), tol));
@@ -293,7 +228,7 @@ TEMPLATE_TEST_CASE("load_state_dict takes d2l's and PyTorch's parameters by name
   SECTION("RNN: the fixture stores nn.RNN's weight_ih_l0, ... as weight_ih, ...") {
     const attend_test::Fixture f("rnn_a");
     attend::RNN<T> rnn(3, 5);
-    rnn.load_state_dict(fixture_dict<T>(f, {"weight_ih", "weight_hh", "bias_ih", "bias_hh"},
+    rnn.load_state_dict(fixture_state_dict<T>(f, {"weight_ih", "weight_hh", "bias_ih", "bias_hh"},
                                         {"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"}));
     REQUIRE_THAT(rnn(f.tensor3<T>("X")), attend_test::Near(f.tensor3<double>("output"), tol));
   }
@@ -305,7 +240,7 @@ TEMPLATE_TEST_CASE("load_state_dict takes d2l's and PyTorch's parameters by name
       attend::Conv1d<T> conv(3, 4, f.index("kernel_size"), bias);
       const std::vector<std::string> names =
           bias ? std::vector<std::string>{"weight", "bias"} : std::vector<std::string>{"weight"};
-      conv.load_state_dict(fixture_dict<T>(f, names, names));
+      conv.load_state_dict(fixture_state_dict<T>(f, names, names));
       REQUIRE_THAT(conv(f.tensor3<T>("X")), attend_test::Near(f.tensor3<double>("output"), tol));
     }
   }
@@ -360,7 +295,7 @@ TEMPLATE_TEST_CASE("state_dict() then load_state_dict() into a fresh module give
     attend::DotProductAttention<T> attention(T(0));
     attention.load_state_dict(attention.state_dict());
     attend::PositionalEncoding<T> encoding(8, T(0), 20);
-    const std::string path = temp_path(std::string("empty_") + (sizeof(T) == 4 ? "float" : "double"));
+    const std::string path = attend_test::safetensors_path<T>("empty");
     attend::save_safetensors(path, encoding.state_dict());
     encoding.load_state_dict(attend::load_safetensors<T>(path));
     CHECK(encoding.P() == attend::positional_encoding_table<T>(20, 8));
@@ -386,13 +321,13 @@ TEMPLATE_TEST_CASE("MultiHeadAttention::load_state_dict refuses every mismatch a
   }
   SECTION("a tensor of another shape, or of another rank") {
     StateDict<T> dict = good;
-    dict["W_k.weight"] = filled<T>({12, 5});
+    dict["W_k.weight"] = counting_tensor<T>({12, 5});
     refused(dict, "\"W_k.weight\" must have shape (12, 6), got (12, 5)");
     dict = good;
-    dict["W_k.weight"] = filled<T>({6, 12});  // transposed
+    dict["W_k.weight"] = counting_tensor<T>({6, 12});  // transposed
     refused(dict, "\"W_k.weight\" must have shape (12, 6), got (6, 12)");
     dict = good;
-    dict["W_o.bias"] = filled<T>({1, 12});
+    dict["W_o.bias"] = counting_tensor<T>({1, 12});
     refused(dict, "\"W_o.bias\" must have shape (12), got (1, 12)");
   }
   SECTION("a tensor whose values do not fill its shape") {
@@ -402,7 +337,7 @@ TEMPLATE_TEST_CASE("MultiHeadAttention::load_state_dict refuses every mismatch a
   }
   SECTION("an unexpected tensor") {
     StateDict<T> dict = good;
-    dict["W_o.scale"] = filled<T>({12});
+    dict["W_o.scale"] = counting_tensor<T>({12});
     refused(dict,
             "unexpected tensor \"W_o.scale\" (the module's tensors are \"W_q.weight\", \"W_q.bias\", \"W_k.weight\", "
             "\"W_k.bias\", \"W_v.weight\", \"W_v.bias\", \"W_o.weight\", \"W_o.bias\")");
@@ -417,14 +352,14 @@ TEMPLATE_TEST_CASE("MultiHeadAttention::load_state_dict refuses every mismatch a
   }
   SECTION("several problems: the first in the module's order, then unexpected names in the dict's order") {
     StateDict<T> dict = good;
-    dict["A"] = filled<T>({1});               // unexpected, first by name
-    dict["W_v.weight"] = filled<T>({12, 5});  // wrong shape, sixth in the module's order
+    dict["A"] = counting_tensor<T>({1});               // unexpected, first by name
+    dict["W_v.weight"] = counting_tensor<T>({12, 5});  // wrong shape, sixth in the module's order
     dict.erase("W_k.bias");                   // missing, fourth in the module's order
     refused(dict, "missing tensor \"W_k.bias\" of shape (12)");
     dict["W_k.bias"] = good.at("W_k.bias");
     refused(dict, "\"W_v.weight\" must have shape (12, 4), got (12, 5)");
     dict["W_v.weight"] = good.at("W_v.weight");
-    dict["Z"] = filled<T>({1});
+    dict["Z"] = counting_tensor<T>({1});
     refused(dict,
             "unexpected tensor \"A\" (the module's tensors are \"W_q.weight\", \"W_q.bias\", \"W_k.weight\", "
             "\"W_k.bias\", \"W_v.weight\", \"W_v.bias\", \"W_o.weight\", \"W_o.bias\")");
@@ -435,12 +370,12 @@ TEMPLATE_TEST_CASE("MultiHeadAttention::load_state_dict refuses every mismatch a
   }
   SECTION("nothing is assigned before everything is checked: only the last tensor is wrong") {
     StateDict<T> dict = good;
-    dict["W_o.bias"] = filled<T>({11});
+    dict["W_o.bias"] = counting_tensor<T>({11});
     refused(dict, "\"W_o.bias\" must have shape (12), got (11)");
   }
   SECTION("names are quoted, control characters escaped, bytes that are not UTF-8 replaced") {
     StateDict<T> dict = good;
-    dict["W_o.bias\n\"x\"\xff"] = filled<T>({12});
+    dict["W_o.bias\n\"x\"\xff"] = counting_tensor<T>({12});
     refused(dict,
             "unexpected tensor \"W_o.bias\\n\\\"x\\\"\xef\xbf\xbd\" (the module's tensors are \"W_q.weight\", "
             "\"W_q.bias\", \"W_k.weight\", \"W_k.bias\", \"W_v.weight\", \"W_v.bias\", \"W_o.weight\", \"W_o.bias\")");
@@ -463,7 +398,7 @@ TEMPLATE_TEST_CASE("Every module's load_state_dict names the problem and stays a
   SECTION("AdditiveAttention") {
     auto attention = make_additive<T>(1);
     StateDict<T> dict = make_additive<T>(2).state_dict();
-    dict["w_v.weight"] = filled<T>({8});
+    dict["w_v.weight"] = counting_tensor<T>({8});
     require_refused<T>(attention, run_additive<T>, dict,
                        "AdditiveAttention::load_state_dict: \"w_v.weight\" must have shape (1, 8), got (8)");
   }
@@ -475,7 +410,7 @@ TEMPLATE_TEST_CASE("Every module's load_state_dict names the problem and stays a
     for (const auto& [name, tensor] : rnn.state_dict()) dict[name.substr(0, name.size() - 3)] = tensor;
     require_refused<T>(rnn, run, dict, "RNN::load_state_dict: missing tensor \"weight_ih_l0\" of shape (5, 3)");
     dict = rnn.state_dict();
-    dict["weight_hh_l0"] = filled<T>({5, 3});
+    dict["weight_hh_l0"] = counting_tensor<T>({5, 3});
     require_refused<T>(rnn, run, dict, "RNN::load_state_dict: \"weight_hh_l0\" must have shape (5, 5), got (5, 3)");
   }
   SECTION("Conv1d") {
@@ -483,7 +418,7 @@ TEMPLATE_TEST_CASE("Every module's load_state_dict names the problem and stays a
     attend::Conv1d<T> conv(3, 4, 5, true, generator);
     const auto run = [](const attend::Conv1d<T>& module) { return module(random_tensor<T>(2, 7, 3, 43)); };
     StateDict<T> dict = conv.state_dict();
-    dict["weight"] = filled<T>({4, 3, 3});
+    dict["weight"] = counting_tensor<T>({4, 3, 3});
     require_refused<T>(conv, run, dict, "Conv1d::load_state_dict: \"weight\" must have shape (4, 3, 5), got (4, 3, 3)");
   }
   SECTION("DotProductAttention and PositionalEncoding take nothing, not even P") {
@@ -491,7 +426,7 @@ TEMPLATE_TEST_CASE("Every module's load_state_dict names the problem and stays a
     const auto run = [](attend::DotProductAttention<T>& module) {
       return module(random_tensor<T>(2, 3, 4, 44), random_tensor<T>(2, 5, 4, 45), random_tensor<T>(2, 5, 2, 46));
     };
-    require_refused<T>(attention, run, StateDict<T>{{"x", filled<T>({1})}},
+    require_refused<T>(attention, run, StateDict<T>{{"x", counting_tensor<T>({1})}},
                        "DotProductAttention::load_state_dict: unexpected tensor \"x\" (the module has no parameters)");
 
     attend::PositionalEncoding<T> encoding(8, T(0), 20);
