@@ -3,7 +3,9 @@
 // One input is one call sequence on one entry point (masked_softmax, transpose_qkv, transpose_output, Linear,
 // DotProductAttention, AdditiveAttention, MultiHeadAttention, PositionalEncoding, RNN, Conv1d), in float or double.
 // A module is constructed, called once on inputs that agree with its sizes, then changed in one way (another shape
-// for one input, a resized parameter, another mask, the other mode) and called again. What must hold:
+// for one input, a resized parameter, another mask, the other mode) and called again. DotProductAttention and
+// MultiHeadAttention then get a path (set_path) and a thread count (set_num_threads), and the second call's arguments
+// go to the const forward() and to operator() once more. What must hold:
 //
 //   1. outcome   every call returns or throws std::invalid_argument (or a class derived from it), and throws exactly
 //                when an argument breaks a rule of the contract; the rules are restated below, next to each entry
@@ -17,7 +19,13 @@
 //                (FullyMasked::zero); where the scores are bounded (masked_softmax's input, AdditiveAttention) a
 //                masked key's weight is exactly 0. Which keys a mask keeps is worked out here from its parts;
 //   5. content   transpose_qkv and transpose_output put every entry where the contract says and undo each other
-//                bit for bit; PositionalEncoding in evaluation mode returns X + P[:steps] exactly.
+//                bit for bit; PositionalEncoding in evaluation mode returns X + P[:steps] exactly;
+//   6. paths     set_path takes automatic, direct and tiled and refuses any other value; forward(), in either mode,
+//                with a fresh workspace or a reused one, on 1 or 2 threads, returns bit for bit what operator()
+//                returns in evaluation mode on the same path, and changes nothing in the module;
+//                attention_weights() throws std::logic_error exactly after a call that took the tiled path (which
+//                is worked out here: never with dropout active, always when set to tiled, and for automatic when the
+//                weights would take more than 1 MiB).
 // A violation prints what went wrong and traps, which libFuzzer reports as a crash and saves the input.
 //
 // The bytes are read front to back, one field per byte (a value may take one byte, a tensor a few); past the end of
@@ -452,8 +460,16 @@ struct State {
   std::vector<std::string> names;
   std::vector<std::vector<Index>> shapes;
   std::vector<std::vector<unsigned char>> parameters;
+  bool no_weights = false;  // attention_weights() threw std::logic_error: the last call took the tiled path
   std::vector<Index> weights_shape;
   std::vector<unsigned char> weights;
+
+  bool same_parameters(const State& other) const {
+    return names == other.names && shapes == other.shapes && parameters == other.parameters;
+  }
+  bool same_weights(const State& other) const {
+    return no_weights == other.no_weights && weights_shape == other.weights_shape && weights == other.weights;
+  }
 };
 
 template <class Module>
@@ -465,9 +481,15 @@ State state_of(const Module& module) {
     state.parameters.push_back(bytes_of(parameter.data(), parameter.size()));
   });
   if constexpr (has_attention_weights<Module>::value) {
-    const auto& W = module.attention_weights();
-    state.weights_shape = shape_now(W);
-    state.weights = bytes_of(W.data(), W.size());
+    try {
+      const auto& W = module.attention_weights();
+      state.weights_shape = shape_now(W);
+      state.weights = bytes_of(W.data(), W.size());
+    } catch (const std::invalid_argument& error) {
+      fail("attention_weights() threw std::invalid_argument: ", error.what());
+    } catch (const std::logic_error&) {
+      state.no_weights = true;
+    }
   }
   return state;
 }
@@ -509,11 +531,9 @@ std::optional<Tensor3<Scalar>> forward_checked(const std::string& what, Module& 
   std::optional<Tensor3<Scalar>> Y;
   const bool returned = run_expecting(what, valid, [&] { Y = forward(); });
   const State after = state_of(module);
-  expect(before.names == after.names && before.shapes == after.shapes && before.parameters == after.parameters, what,
-         ": the call changed the module's parameters");
+  expect(before.same_parameters(after), what, ": the call changed the module's parameters");
   if (!returned) {
-    expect(before.weights_shape == after.weights_shape && before.weights == after.weights, what,
-           ": a call that threw changed attention_weights()");
+    expect(before.same_weights(after), what, ": a call that threw changed attention_weights()");
     return std::nullopt;
   }
   expect_shape(*Y, expected, what);
@@ -623,9 +643,149 @@ struct AttentionRules {
   bool masked_exact;  // scores are bounded, so a masked key's weight is exactly 0
 };
 
-// Two calls of an attention module, with one change between them (see change()).
+// What a call on `inputs` (queries, keys, values) with the mask `spec` must do: return a tensor of shape `shape` when
+// `valid`, throw otherwise.
+struct Expected {
+  bool valid;
+  Dims shape;
+};
+
+template <class Scalar>
+Expected attention_contract(const AttentionRules& rules, const std::vector<Tensor3<Scalar>>& inputs,
+                            const MaskSpec& spec, bool resized) {
+  const Dims q = dims_of(inputs[0]), k = dims_of(inputs[1]), v = dims_of(inputs[2]);
+  bool valid = !resized && q.d0 == k.d0 && k.d0 == v.d0 && k.d1 == v.d1 && spec.fits(q.d0, q.d1, k.d1);
+  if (rules.query_size < 0)
+    valid = valid && q.d2 == k.d2 && q.d2 >= 1;
+  else
+    valid = valid && q.d2 == rules.query_size && k.d2 == rules.key_size;
+  if (rules.value_size >= 0) valid = valid && v.d2 == rules.value_size;
+  return {valid, {q.d0, q.d1, rules.output_size >= 0 ? rules.output_size : v.d2}};
+}
+
+// After a call that returned Y: attention_weights() has the contract's shape and, on moderate inputs, rows that are
+// distributions, and Y is finite.
+template <class Scalar, class Attention>
+void expect_weights(const Attention& attention, const Tensor3<Scalar>& Y, const std::vector<Tensor3<Scalar>>& inputs,
+                    const MaskSpec& spec, const AttentionRules& rules, const std::string& what) {
+  const Dims q = dims_of(inputs[0]), k = dims_of(inputs[1]);
+  const auto& W = attention.attention_weights();
+  expect_shape(W, {q.d0 * rules.heads, q.d1, k.d1}, what + ", attention_weights()");
+  if (moderate(inputs[0]) && moderate(inputs[1]) && moderate(inputs[2])) {
+    expect_distributions(W, spec, rules.heads, rules.masked_exact, what + ", attention_weights()");
+    expect_finite(Y, what);
+  }
+}
+
+// Whether a module chooses its attention path (DotProductAttention, MultiHeadAttention).
+template <class T>
+using path_t = decltype(std::declval<const T&>().path());
+template <class T, class = void>
+struct has_path : std::false_type {};
+template <class T>
+struct has_path<T, std::void_t<path_t<T>>> : std::true_type {};
+
+// Whether a call takes the tiled path, as attention_path.hpp states it: never with dropout active (training mode,
+// p > 0); otherwise as set, and for automatic when the (batch * heads, queries, keys) weights take more than 1 MiB.
+template <class Scalar>
+bool takes_tiled(attend::AttentionPath path, bool dropout_active, Index weights) {
+  if (dropout_active || path == attend::AttentionPath::direct) return false;
+  if (path == attend::AttentionPath::tiled) return true;
+  return static_cast<double>(weights) * sizeof(Scalar) > double(1 << 20);
+}
+
+// Puts back the thread count it found: set_num_threads outlives the input.
+struct ThreadsRestored {
+  int threads = attend::num_threads();
+  ~ThreadsRestored() { attend::set_num_threads(threads); }
+};
+
+// The parts, streamed into one string.
+template <class... Parts>
+std::string text(const Parts&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return out.str();
+}
+
+// The path and the thread count, then forward() and operator() on the last call's arguments (point 6 at the top).
+// Bytes: the path (mod 4: automatic, direct, tiled; 3: the byte itself as an AttentionPath, which set_path must
+// refuse), the thread count (bit 0: 1 or 2).
+template <class Scalar, class Attention>
+void fuzz_paths(const std::string& name, Input& in, Attention& attention, const AttentionRules& rules,
+                const std::vector<Tensor3<Scalar>>& inputs, const MaskSpec& spec, const Expected& contract) {
+  using attend::AttentionPath;
+  const std::uint8_t path_byte = in.byte();
+  const int path_value = path_byte % 4 == 3 ? path_byte : path_byte % 4;
+  const int threads = 1 + (in.byte() & 1);
+
+  const AttentionPath old_path = attention.path();
+  const auto path = static_cast<AttentionPath>(path_value);
+  const bool set = run_expecting(text(name, "::set_path(AttentionPath(", path_value, "))"), path_value <= 2,
+                                 [&] { attention.set_path(path); });
+  expect(attention.path() == (set ? path : old_path), name, "::set_path(AttentionPath(", path_value,
+         ")): path() is ", attention.path());
+  const ThreadsRestored restore;
+  attend::set_num_threads(threads);
+
+  const Dims q = dims_of(inputs[0]), k = dims_of(inputs[1]);
+  const Index weights = q.d0 * rules.heads * q.d1 * k.d1;
+  const std::string on = text(name, " on the ", attention.path(), " path, ", threads, " thread(s), ");
+  const auto call = [&] { return attention(inputs[0], inputs[1], inputs[2], spec.mask); };
+  const auto checked = [&](const std::string& what, auto&& forward) {
+    return forward_checked<Scalar>(on + what, attention, contract.valid, contract.shape, forward);
+  };
+
+  // forward(), in the module's mode: with a workspace of its own, with one of ours twice, then on the other thread
+  // count.
+  const Attention& reader = attention;
+  attend::AttentionWorkspace<Scalar> workspace;
+  const auto forward = [&] { return reader.forward(inputs[0], inputs[1], inputs[2], spec.mask); };
+  const auto forward_in = [&] { return reader.forward(inputs[0], inputs[1], inputs[2], spec.mask, workspace); };
+  const State before = state_of(attention);
+  std::vector<std::optional<Tensor3<Scalar>>> forwards;
+  forwards.push_back(checked("forward()", forward));
+  forwards.push_back(checked("forward(workspace)", forward_in));
+  forwards.push_back(checked("forward(workspace), the workspace reused", forward_in));
+  attend::set_num_threads(3 - threads);
+  forwards.push_back(checked(text("forward(workspace) on ", 3 - threads, " thread(s)"), forward_in));
+  attend::set_num_threads(threads);
+  const State after = state_of(attention);
+  expect(before.same_parameters(after) && before.same_weights(after), on, "forward() changed the module");
+
+  // operator() in evaluation mode: forward()'s result, and attention_weights() throws exactly when the call was tiled.
+  const bool training = attention.is_training();
+  attention.eval();
+  const auto Y = checked("operator() (evaluation)", call);
+  if (Y) {
+    for (const auto& F : forwards)
+      expect(bytes_of(F->data(), F->size()) == bytes_of(Y->data(), Y->size()), on,
+             "forward() is not bit for bit operator() in evaluation mode");
+    const bool tiled = takes_tiled<Scalar>(attention.path(), false, weights);
+    expect(state_of(attention).no_weights == tiled, on, "operator() (evaluation): attention_weights() ",
+           tiled ? "returned after a tiled call" : "threw after a direct call");
+    if (!tiled) expect_weights(attention, *Y, inputs, spec, rules, on + "operator() (evaluation)");
+  }
+
+  // operator() in the module's mode: with dropout active the call takes the direct path, whatever is set.
+  attention.train(training);
+  const bool dropout_active = training && attention.dropout() > 0;
+  const auto Z = checked(training ? "operator() (training)" : "operator() (evaluation), again", call);
+  if (Z) {
+    const bool tiled = takes_tiled<Scalar>(attention.path(), dropout_active, weights);
+    expect(state_of(attention).no_weights == tiled, on, "operator(): attention_weights() ",
+           tiled ? "returned after a tiled call" : "threw after a direct call");
+    if (!tiled) expect_weights(attention, *Z, inputs, spec, rules, on + "operator()");
+    if (!dropout_active)
+      expect(bytes_of(Z->data(), Z->size()) == bytes_of(Y->data(), Y->size()), on,
+             "operator() without dropout gave another result the second time");
+  }
+}
+
+// Two calls of an attention module, with one change between them (see change()); then, for a module that chooses
+// its path, fuzz_paths on the second call's arguments.
 // Bytes: mode (flag), batch, queries, keys (mod 9), then for DotProductAttention the key width (mod 33), and when
-// the values' width is free, that width (mod 33); the mask; queries, keys, values; the change.
+// the values' width is free, that width (mod 33); the mask; queries, keys, values; the change; fuzz_paths's.
 template <class Scalar, class Attention>
 void fuzz_attention(const std::string& name, Input& in, Attention& attention, const AttentionRules& rules) {
   attention.train(in.flag());
@@ -641,6 +801,7 @@ void fuzz_attention(const std::string& name, Input& in, Attention& attention, co
   inputs.push_back(in.tensor<Scalar>({batch, keys, value_width}));
 
   bool resized = false;
+  Expected contract{};
   for (int call = 1; call <= 2; ++call) {
     if (call == 2 && change(in, attention, inputs, resized) == Change::mask) {
       const Index other_batch = in.below(9), other_queries = in.below(9), other_keys = in.below(9);
@@ -648,26 +809,14 @@ void fuzz_attention(const std::string& name, Input& in, Attention& attention, co
       if (!other) return;
       spec = std::move(other);
     }
-    const Dims q = dims_of(inputs[0]), k = dims_of(inputs[1]), v = dims_of(inputs[2]);
-    bool valid = !resized && q.d0 == k.d0 && k.d0 == v.d0 && k.d1 == v.d1 && spec->fits(q.d0, q.d1, k.d1);
-    if (rules.query_size < 0)
-      valid = valid && q.d2 == k.d2 && q.d2 >= 1;
-    else
-      valid = valid && q.d2 == rules.query_size && k.d2 == rules.key_size;
-    if (rules.value_size >= 0) valid = valid && v.d2 == rules.value_size;
-    const Dims expected{q.d0, q.d1, rules.output_size >= 0 ? rules.output_size : v.d2};
+    contract = attention_contract(rules, inputs, *spec, resized);
     const std::string what =
         name + (attention.is_training() ? " (training), call " : " (evaluation), call ") + std::to_string(call);
-    const auto Y = forward_checked<Scalar>(what, attention, valid, expected,
+    const auto Y = forward_checked<Scalar>(what, attention, contract.valid, contract.shape,
                                            [&] { return attention(inputs[0], inputs[1], inputs[2], spec->mask); });
-    if (!Y) continue;
-    const auto& W = attention.attention_weights();
-    expect_shape(W, {q.d0 * rules.heads, q.d1, k.d1}, what + ", attention_weights()");
-    if (moderate(inputs[0]) && moderate(inputs[1]) && moderate(inputs[2])) {
-      expect_distributions(W, *spec, rules.heads, rules.masked_exact, what + ", attention_weights()");
-      expect_finite(*Y, what);
-    }
+    if (Y) expect_weights(attention, *Y, inputs, *spec, rules, what);
   }
+  if constexpr (has_path<Attention>::value) fuzz_paths<Scalar>(name, in, attention, rules, inputs, *spec, contract);
 }
 
 // DotProductAttention(dropout): valid for dropout in [0, 1].

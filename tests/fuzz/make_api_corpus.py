@@ -26,6 +26,11 @@ PER_BATCH, PER_QUERY, CAUSAL, KEEP, KEEP2, PER_BATCH2 = 1, 2, 4, 8, 16, 32
 NO_RULE, ZERO, UNIFORM = 0, 1, 2
 # The change between a module's two calls: none, an input's shape, a parameter's size, the mask; | TOGGLE: mode.
 NONE, INPUT_SHAPE, PARAMETER, NEW_MASK, TOGGLE = 0, 1, 2, 3, 4
+# fuzz_paths (DotProductAttention, MultiHeadAttention, after the change): the path byte, then the thread count byte.
+# A byte of 3 mod 4 is itself the path, outside the enum (7: AttentionPath(7)). Seeds that end before these bytes
+# read automatic and 1 thread.
+AUTOMATIC, DIRECT, TILED, BAD_PATH = 0, 1, 2, 7
+ONE_THREAD, TWO_THREADS = 0, 1
 
 
 def tensor_random(scale=1, seed=7):
@@ -114,6 +119,16 @@ def seeds():
     s["dot_product_attention_bad_dropout"] = [4, 0, P_OVER]
     s["dot_product_attention_zero_width"] = [4, 0, P0, 0, 1, 2, 2, 0, 3] + mask(0)
     s["dot_product_attention_no_keys"] = [4, 1, P0, 0, 2, 3, 0, 4, 2] + mask(0) + tensor_random() * 3
+    # ... then the path and the thread count.
+    s["dot_product_attention_tiled"] = s["dot_product_attention"] + [TILED, TWO_THREADS]
+    s["dot_product_attention_direct_two_threads"] = s["dot_product_attention"] + [DIRECT, TWO_THREADS]
+    # Still in training mode (no TOGGLE) with dropout 0.5: the calls take the direct path whatever is set.
+    s["dot_product_attention_training_tiled"] = s["dot_product_attention_training"][:-1] + [NONE, TILED, ONE_THREAD]
+    s["dot_product_attention_causal_keep_tiled"] = s["dot_product_attention_causal_keep"] + [TILED, TWO_THREADS]
+    s["dot_product_attention_per_query_tiled"] = s["dot_product_attention_per_query"] + [TILED, ONE_THREAD]
+    s["dot_product_attention_mismatch_tiled"] = s["dot_product_attention_mismatch"] + [TILED, ONE_THREAD]
+    s["dot_product_attention_no_keys_tiled"] = s["dot_product_attention_no_keys"] + [NONE, TILED, TWO_THREADS]
+    s["dot_product_attention_bad_path"] = s["dot_product_attention"] + [BAD_PATH, TWO_THREADS]
 
     # AdditiveAttention: key_size, query_size, num_hiddens, dropout; mode, batch, queries, keys, value width; ...
     s["additive_attention"] = ([5, 0, 3, 2, 4, P0, 0, 2, 3, 4, 2] + mask(PER_BATCH, [0, 4, 1, NO_RULE]) +
@@ -144,6 +159,15 @@ def seeds():
                                           tensor_random() * 3 + [NEW_MASK, 3, 3, 3, PER_BATCH, 0, 1, 2, 3, NO_RULE])
     s["multi_head_attention_specials"] = ([6, 0, 1, 0, 0, 2, 2, 2, P0, 0] + [0, 1, 2, 2] + mask(0) +
                                           tensor_with_specials([(0, NAN), (1, INF)]) + tensor_random() * 2)
+    # ... then the path and the thread count.
+    s["multi_head_attention_tiled"] = s["multi_head_attention"] + [TILED, TWO_THREADS]
+    s["multi_head_attention_direct"] = s["multi_head_attention"] + [DIRECT, ONE_THREAD]
+    s["multi_head_attention_training_tiled"] = (s["multi_head_attention_training_bias"][:-1] +
+                                                [NONE, TILED, TWO_THREADS])  # training mode, dropout 0.5
+    s["multi_head_attention_new_mask_tiled"] = s["multi_head_attention_new_mask"] + [TILED, TWO_THREADS]
+    s["multi_head_attention_resized_tiled"] = s["multi_head_attention_per_query_zero"] + [TILED, ONE_THREAD]
+    s["multi_head_attention_specials_tiled"] = s["multi_head_attention_specials"] + [NONE, TILED, TWO_THREADS]
+    s["multi_head_attention_bad_path"] = s["multi_head_attention_free_width"] + [NONE, BAD_PATH, ONE_THREAD]
     return s
 
 
