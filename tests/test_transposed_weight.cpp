@@ -62,7 +62,8 @@ TEMPLATE_TEST_CASE("A kept W^T gives X W^T + b", "[transposed_weight]", float, d
   const Matrix<TestType> W = random_matrix<TestType>(out, in, 2);   // (out, in)
   const Vector<TestType> b = bias ? Vector<TestType>(random_matrix<TestType>(out, 1, 3)) : Vector<TestType>();
   TransposedWeight<TestType> kept;
-  REQUIRE_THAT(times_kept(X, W, b, kept), attend_test::Near(affine_by_definition(X, W, b), attend_test::tolerance<TestType>()));
+  REQUIRE_THAT(times_kept(X, W, b, kept),
+               attend_test::Near(affine_by_definition(X, W, b), attend_test::tolerance<TestType>()));
   // Padded to whole packets, zero past W's rows.
   constexpr Index lanes = TransposedWeight<TestType>::packet_size;
   REQUIRE(kept.transposed().rows() == in);

@@ -146,7 +146,8 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
       return detail::projection(linear.weight(), linear.bias(), Y.data(), &kept);
     };
     if (&queries == &keys && &keys == &values) {  // self-attention: one pass over X for Q, K and V
-      detail::project_rows<Scalar>(detail::as_matrix(queries), {into(W_q_, ws.Q, ws.W_q), into(W_k_, ws.K, ws.W_k), into(W_v_, ws.V, ws.W_v)});
+      detail::project_rows<Scalar>(detail::as_matrix(queries),
+                                   {into(W_q_, ws.Q, ws.W_q), into(W_k_, ws.K, ws.W_k), into(W_v_, ws.V, ws.W_v)});
     } else {
       detail::project_rows<Scalar>(detail::as_matrix(queries), {into(W_q_, ws.Q, ws.W_q)});
       detail::project_rows<Scalar>(detail::as_matrix(keys), {into(W_k_, ws.K, ws.W_k)});

@@ -50,7 +50,8 @@ void row_times_rows_tiny(const Scalar* w, Index count, const Scalar* X, Index ld
   Index c = 0;
   for (; c + size <= n; c += size) {
     Packet acc = ei::pset1<Packet>(Scalar(0));
-    for (Index j = 0; j < count; ++j) acc = ei::pmadd(ei::pset1<Packet>(w[j]), ei::ploadu<Packet>(X + j * ldx + c), acc);
+    for (Index j = 0; j < count; ++j)
+      acc = ei::pmadd(ei::pset1<Packet>(w[j]), ei::ploadu<Packet>(X + j * ldx + c), acc);
     ei::pstoreu(y + c, acc);
   }
   for (; c < n; ++c) {
@@ -144,7 +145,8 @@ void scaled_dot_product_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const E
     auto out = output.block(b * num_queries, h * dv, num_queries, dv);  // (queries, dv)
     if (num_queries * num_keys * d <= tiny_product) {  // Eigen's GEMM costs more to set up than to run
       for (Index i = 0; i < num_queries; ++i)
-        for (Index j = 0; j < num_keys; ++j) scores(i, j) = scale * dot_tiny(Qh.data() + i * Qh.outerStride(), Kh.data() + j * Kh.outerStride(), d);
+        for (Index j = 0; j < num_keys; ++j)
+          scores(i, j) = scale * dot_tiny(Qh.data() + i * Qh.outerStride(), Kh.data() + j * Kh.outerStride(), d);
     } else {
       scores.noalias() = scale * (Qh * Kh.transpose());
     }
