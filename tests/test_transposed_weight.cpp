@@ -1,7 +1,8 @@
 // The kept transposed weight (detail/transposed_weight.hpp): Y = X W^T + b from W^T kept between calls, against the
 // definition; the same bits whatever the number of rows per call; never stale when W changes between calls, through
-// MultiHeadAttention's workspace too.
+// MultiHeadAttention's workspace too. And the kernel under it (detail/rows_times_matrix.hpp) in its accumulating mode.
 #include <attend/detail/project_rows.hpp>
+#include <attend/detail/rows_times_matrix.hpp>
 #include <attend/detail/transposed_weight.hpp>
 #include <attend/multi_head_attention.hpp>
 #include <attend/random.hpp>
@@ -148,4 +149,27 @@ TEMPLATE_TEST_CASE("MultiHeadAttention sees a weight changed through a reference
   };
   REQUIRE_FALSE(same(first, second));
   REQUIRE(same(second, expected));
+}
+
+TEMPLATE_TEST_CASE("rows_times_matrix adds X B to Y when accumulating", "[transposed_weight]", float, double) {
+  // out around the packet widths, B read in whole packets: its rows padded past `out`.
+  const Index rows = GENERATE(1, 4, 7);
+  const Index out = GENERATE(3, 16, 21, 64);
+  CAPTURE(rows, out);
+  constexpr Index lanes = attend::detail::row_packet_size<TestType>;
+  const Index in = 9, padded = (out + lanes - 1) / lanes * lanes;
+  const Matrix<TestType> X = random_matrix<TestType>(rows, in, 15);    // (rows, in)
+  const Matrix<TestType> B = random_matrix<TestType>(in, padded, 16);  // (in, padded): columns past out never used
+  const Matrix<TestType> Y0 = random_matrix<TestType>(rows, out, 17);  // (rows, out)
+  Matrix<TestType> Y = Y0;                                             // (rows, out)
+  attend::detail::rows_times_matrix<true, TestType>(X.data(), in, rows, in, B.data(), padded, out, nullptr, Y.data(),
+                                                     out);
+  Matrix<double> expected(rows, out);  // (rows, out): Y0 + X B, by definition
+  for (Index r = 0; r < rows; ++r)
+    for (Index o = 0; o < out; ++o) {
+      double sum = static_cast<double>(Y0(r, o));
+      for (Index k = 0; k < in; ++k) sum += static_cast<double>(X(r, k)) * static_cast<double>(B(k, o));
+      expected(r, o) = sum;
+    }
+  REQUIRE_THAT(Y, attend_test::Near(expected, attend_test::tolerance<TestType>()));
 }

@@ -17,7 +17,8 @@
 //       1. m' = max(m_i, max_{j visible} S_ij)
 //       2. P_ij = exp(S_ij - m') for a visible j (flushed to 0 under exp_underflow), 0 for a masked j
 //       3. a = exp(m_i - m'),  l_i = a l_i + sum_j P_ij,  O_i = a O_i,  m_i = m'
-//     O += P V_blk                                            (br, dv)   one Eigen GEMM
+//     O += P V_blk                                            (br, dv)   detail/rows_times_matrix.hpp when dv is a
+//                                                                        whole number of packets, else Eigen's GEMM
 //   output row i = O_i / l_i, or, for a row that sees no key, the mask's FullyMasked rule.
 // Extra memory: the per-thread workspace below, O(Br (d + dv + Bc)), whatever the sequence length; the direct path
 // holds (batch * num_heads, num_queries, num_keys) weights.
@@ -55,6 +56,7 @@
 // Without OpenMP the items run serially.
 #pragma once
 
+#include <attend/detail/rows_times_matrix.hpp>
 #include <attend/mask.hpp>
 #include <attend/masked_softmax.hpp>
 #include <attend/tensor.hpp>
@@ -192,14 +194,19 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
         m = block_max;
       }
       const Scalar seen_sum = exp_shifted(&S.coeffRef(i, lo), hi - lo, m);
-      row.head(lo).setZero();
-      row.tail(bc - hi).setZero();
+      if (lo > 0) row.head(lo).setZero();  // (Eigen may call memset even for no element: 2 calls a row add up)
+      if (hi < bc) row.tail(bc - hi).setZero();
       l = rescale * l + seen_sum;
       if (rescale != Scalar(1)) O.row(i) *= rescale;
     }
     const auto Vb = V.block(key_row0 + k0, h * dv, bc, dv);  // (bc, dv)
-    if (all_finite(Vb)) {
-      O.noalias() += S * Vb;
+    if (mask.empty() || all_finite(Vb)) {  // with no mask every key is visible: a product over all of them is right
+      if (dv % row_packet_size<Scalar> == 0) {  // rows of Vb in whole packets: no packing of P or Vb
+        rows_times_matrix<true, Scalar>(S.data(), S.outerStride(), br, bc, Vb.data(), Vb.outerStride(), dv, nullptr,
+                                        O.data(), O.outerStride());
+      } else {
+        O.noalias() += S * Vb;
+      }
     } else {  // 0 * NaN is NaN: each row adds its visible keys only, so a masked key's value row is never read
       for (Index i = 0; i < br; ++i) {
         const auto r = static_cast<std::size_t>(i);
