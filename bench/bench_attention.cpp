@@ -7,7 +7,15 @@
 //   scores       batch*h GEMMs of (n, d/h) x (d/h, n)         2 * batch * n^2 * d
 //   weights @ V  batch*h GEMMs of (n, n) x (n, d/h)           2 * batch * n^2 * d
 // (softmax and bias additions are O(batch * h * n^2) and not counted).
+//
+//   ./build/bench/bench_attention --benchmark_filter=Projection
+//
+// One projection Y = X W^T of (rows, in) by (out, in), as the attention modules run it (detail/project_rows.hpp):
+// kept = 0 through Eigen's GEMM, kept = 1 from a kept transposed copy of W (detail/transposed_weight.hpp), its
+// comparison with W on every call included. 2 * rows * in * out FLOPs.
 #include <attend/attend.hpp>
+#include <attend/detail/project_rows.hpp>
+#include <attend/detail/transposed_weight.hpp>
 #include <benchmark/benchmark.h>
 
 namespace {
@@ -28,6 +36,30 @@ void MultiHeadSelfAttention(benchmark::State& state) {
   state.counters["FLOPS"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
   state.SetComplexityN(n);
 }
+
+template <class Scalar>
+void Projection(benchmark::State& state) {
+  const attend::Index rows = state.range(0), in = state.range(1), out = state.range(2);
+  const bool kept = state.range(3) != 0;
+  const attend::Matrix<Scalar> X = attend::Matrix<Scalar>::Random(rows, in);  // (rows, in)
+  const attend::Matrix<Scalar> W = attend::Matrix<Scalar>::Random(out, in);   // (out, in)
+  const attend::Vector<Scalar> no_bias;
+  attend::Matrix<Scalar> Y(rows, out);  // (rows, out)
+  attend::detail::TransposedWeight<Scalar> transposed;
+  for (auto _ : state) {
+    attend::detail::project_rows<Scalar>(X, {attend::detail::projection(W, no_bias, Y.data(),
+                                                                        kept ? &transposed : nullptr)});
+    benchmark::DoNotOptimize(Y.data());
+  }
+  state.counters["FLOPS"] =
+      benchmark::Counter(2.0 * rows * in * out, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK_TEMPLATE(Projection, float)
+    ->ArgNames({"rows", "in", "out", "kept"})
+    ->ArgsProduct({{8, 256}, {100}, {100}, {0, 1}})
+    ->ArgsProduct({{8, 256}, {256}, {256}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_TEMPLATE(MultiHeadSelfAttention, float)
     ->ArgNames({"batch", "n", "d", "heads"})

@@ -7,7 +7,7 @@
 //
 // A projection given a TransposedWeight (detail/transposed_weight.hpp) whose W^T fits keeps_transposed() runs on
 // that kept copy instead of Eigen's GEMM: no packing of W on each call, which dominates for a few rows (the seed's
-// 8 rows: about 40 % faster) and still gains 10-40 % at 256 rows for W up to 256 x 256 floats (bench/bench_kernels).
+// 8 rows) and still pays at 256 rows for W up to 256 x 256 floats (`bench_attention --benchmark_filter=Projection`).
 #pragma once
 
 #include <attend/detail/transposed_weight.hpp>
