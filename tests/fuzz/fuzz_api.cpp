@@ -446,13 +446,17 @@ std::vector<Index> shape_now(const Tensor3<Scalar>& X) {
   return {X.dimension(0), X.dimension(1), X.dimension(2)};
 }
 
+// detects<Member, T>: whether Member<T> is a valid type, i.e. whether T has the member that Member names.
+template <template <class> class Member, class T, class = void>
+struct detects : std::false_type {};
+template <template <class> class Member, class T>
+struct detects<Member, T, std::void_t<Member<T>>> : std::true_type {};
+
 // Whether a module keeps attention weights (the attention modules do).
 template <class T>
 using attention_weights_t = decltype(std::declval<const T&>().attention_weights());
-template <class T, class = void>
-struct has_attention_weights : std::false_type {};
 template <class T>
-struct has_attention_weights<T, std::void_t<attention_weights_t<T>>> : std::true_type {};
+using has_attention_weights = detects<attention_weights_t, T>;
 
 // What a call may not change: every parameter (name, shape now, bits) and the attention weights, if the module
 // keeps any.
@@ -680,10 +684,8 @@ void expect_weights(const Attention& attention, const Tensor3<Scalar>& Y, const 
 // Whether a module chooses its attention path (DotProductAttention, MultiHeadAttention).
 template <class T>
 using path_t = decltype(std::declval<const T&>().path());
-template <class T, class = void>
-struct has_path : std::false_type {};
 template <class T>
-struct has_path<T, std::void_t<path_t<T>>> : std::true_type {};
+using has_path = detects<path_t, T>;
 
 // Whether a call takes the tiled path, as attention_path.hpp states it: never with dropout active (training mode,
 // p > 0); otherwise as set, and for automatic when the (batch * heads, queries, keys) weights take more than 1 MiB.
