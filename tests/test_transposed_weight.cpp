@@ -75,11 +75,14 @@ TEMPLATE_TEST_CASE("A kept W^T gives X W^T + b", "[transposed_weight]", float, d
 
 TEMPLATE_TEST_CASE("A row's result does not depend on the rows computed with it", "[transposed_weight]", float,
                    double) {
-  const Matrix<TestType> X = random_matrix<TestType>(11, 37, 4);  // (11, 37)
-  const Matrix<TestType> W = random_matrix<TestType>(45, 37, 5);  // (45, 37)
-  const Vector<TestType> b = random_matrix<TestType>(45, 1, 6);
+  // out = 13: one block of 8 rows (at most 2 packets of columns), then 3 single rows; out = 45: 4, 4, then 3.
+  const Index out = GENERATE(13, 45);
+  CAPTURE(out);
+  const Matrix<TestType> X = random_matrix<TestType>(11, 37, 4);   // (11, 37)
+  const Matrix<TestType> W = random_matrix<TestType>(out, 37, 5);  // (out, 37)
+  const Vector<TestType> b = random_matrix<TestType>(out, 1, 6);   // (out)
   TransposedWeight<TestType> kept;
-  const Matrix<TestType> all = times_kept(X, W, b, kept);  // blocks of 4 rows, then 3 single rows
+  const Matrix<TestType> all = times_kept(X, W, b, kept);  // (11, out)
   for (Index r = 0; r < X.rows(); ++r) {
     CAPTURE(r);
     const Matrix<TestType> one = times_kept<TestType>(X.row(r), W, b, kept);  // a single row
@@ -151,23 +154,32 @@ TEMPLATE_TEST_CASE("MultiHeadAttention sees a weight changed through a reference
   REQUIRE(same(second, expected));
 }
 
-TEMPLATE_TEST_CASE("rows_times_matrix adds X B to Y when accumulating", "[transposed_weight]", float, double) {
-  // out around the packet widths, B read in whole packets: its rows padded past `out`.
-  const Index rows = GENERATE(1, 4, 7);
-  const Index out = GENERATE(3, 16, 21, 64);
-  CAPTURE(rows, out);
+TEMPLATE_TEST_CASE("rows_times_matrix gives X B + bias, or adds X B to Y, with B padded or not", "[transposed_weight]",
+                   float, double) {
+  // rows around the blocks of 4 and 8 rows, out around the packet widths (4, 8 and 16 lanes).
+  const Index rows = GENERATE(1, 4, 7, 8, 13, 19);
+  const Index out = GENERATE(3, 16, 21, 32, 33, 64);
+  const bool accumulate = GENERATE(true, false);
+  const bool padded = GENERATE(true, false);  // false: B's rows end at out, so the kernel must not read past it
+  CAPTURE(rows, out, accumulate, padded);
   constexpr Index lanes = attend::detail::row_packet_size<TestType>;
-  const Index in = 9, padded = (out + lanes - 1) / lanes * lanes;
-  const Matrix<TestType> X = random_matrix<TestType>(rows, in, 15);    // (rows, in)
-  const Matrix<TestType> B = random_matrix<TestType>(in, padded, 16);  // (in, padded): columns past out never used
+  const Index in = 9, width = padded ? (out + lanes - 1) / lanes * lanes : out;
+  const Matrix<TestType> X = random_matrix<TestType>(rows, in, 15);   // (rows, in)
+  const Matrix<TestType> B = random_matrix<TestType>(in, width, 16);  // (in, width): columns past out never used
   const Matrix<TestType> Y0 = random_matrix<TestType>(rows, out, 17);  // (rows, out)
-  Matrix<TestType> Y = Y0;                                             // (rows, out)
-  attend::detail::rows_times_matrix<true, TestType>(X.data(), in, rows, in, B.data(), padded, out, nullptr, Y.data(),
-                                                     out);
-  Matrix<double> expected(rows, out);  // (rows, out): Y0 + X B, by definition
+  const Vector<TestType> bias = random_matrix<TestType>(1, out, 18).transpose();  // (out)
+  Matrix<TestType> Y = Y0;                                                      // (rows, out)
+  if (accumulate) {
+    attend::detail::rows_times_matrix<true, TestType>(X.data(), in, rows, in, B.data(), width, out, padded, nullptr,
+                                                       Y.data(), out);
+  } else {
+    attend::detail::rows_times_matrix<false, TestType>(X.data(), in, rows, in, B.data(), width, out, padded,
+                                                        bias.data(), Y.data(), out);
+  }
+  Matrix<double> expected(rows, out);  // (rows, out): Y0 + X B, or X B + bias, by definition
   for (Index r = 0; r < rows; ++r)
     for (Index o = 0; o < out; ++o) {
-      double sum = static_cast<double>(Y0(r, o));
+      double sum = static_cast<double>(accumulate ? Y0(r, o) : bias(o));
       for (Index k = 0; k < in; ++k) sum += static_cast<double>(X(r, k)) * static_cast<double>(B(k, o));
       expected(r, o) = sum;
     }

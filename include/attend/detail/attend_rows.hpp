@@ -11,6 +11,7 @@
 // ever copied out (the layout transpose_qkv would build).
 #pragma once
 
+#include <attend/detail/rows_times_matrix.hpp>
 #include <attend/dropout.hpp>
 #include <attend/mask.hpp>
 #include <attend/masked_softmax.hpp>
@@ -23,9 +24,10 @@
 namespace attend {
 namespace detail {
 
-// Kernels for heads too small for Eigen's products (see tiny_product): Eigen's GEMM costs more to set up than to run
-// there, and its coefficient-based products and row expressions peel a scalar prologue to reach an aligned address
-// (a head's rows rarely start on one). These load unaligned packets and finish with a scalar tail.
+// Heads too small for Eigen's products (see tiny_product): Eigen's GEMM costs more to set up than to run there, and
+// its coefficient-based products and row expressions peel a scalar prologue to reach an aligned address (a head's
+// rows rarely start on one). The scores go through dot_tiny below, the weights times the values through
+// rows_times_matrix (detail/rows_times_matrix.hpp) on the value rows as they are: unaligned packets, a scalar tail.
 
 // sum_i a[i] b[i] over n entries: packets, then the n % size tail.
 template <class Scalar>
@@ -39,26 +41,6 @@ Scalar dot_tiny(const Scalar* a, const Scalar* b, Index n) {
   Scalar total = ei::predux(sum);
   for (; i < n; ++i) total += a[i] * b[i];
   return total;
-}
-
-// y (n) = sum_j w[j] X[j, :] over `count` rows of X (count, n), rows ldx apart: one row of weights times values.
-template <class Scalar>
-void row_times_rows_tiny(const Scalar* w, Index count, const Scalar* X, Index ldx, Scalar* y, Index n) {
-  namespace ei = Eigen::internal;
-  using Packet = typename ei::packet_traits<Scalar>::type;
-  constexpr Index size = ei::packet_traits<Scalar>::size;
-  Index c = 0;
-  for (; c + size <= n; c += size) {
-    Packet acc = ei::pset1<Packet>(Scalar(0));
-    for (Index j = 0; j < count; ++j)
-      acc = ei::pmadd(ei::pset1<Packet>(w[j]), ei::ploadu<Packet>(X + j * ldx + c), acc);
-    ei::pstoreu(y + c, acc);
-  }
-  for (; c < n; ++c) {
-    Scalar acc = Scalar(0);
-    for (Index j = 0; j < count; ++j) acc += w[j] * X[j * ldx + c];
-    y[c] = acc;
-  }
 }
 
 // output = weights @ values, where a key the mask hides from a row is never read for that row: its weight is exactly
@@ -75,9 +57,9 @@ void weights_times_values(const Eigen::MatrixBase<Weights>& weights, const Mask&
       const Weights& w = weights.derived();
       const Values& v = values.derived();
       Output& out = output.derived();
-      for (Index i = 0; i < w.rows(); ++i)
-        row_times_rows_tiny(w.data() + i * w.outerStride(), w.cols(), v.data(), v.outerStride(),
-                            out.data() + i * out.outerStride(), out.cols());
+      rows_times_matrix<false, typename Weights::Scalar>(w.data(), w.outerStride(), w.rows(), w.cols(), v.data(),
+                                                         v.outerStride(), out.cols(), false, nullptr, out.data(),
+                                                         out.outerStride());
     } else {
       output.noalias() = weights * values;
     }

@@ -17,8 +17,8 @@
 //       1. m' = max(m_i, max_{j visible} S_ij)
 //       2. P_ij = exp(S_ij - m') for a visible j (flushed to 0 under exp_underflow), 0 for a masked j
 //       3. a = exp(m_i - m'),  l_i = a l_i + sum_j P_ij,  O_i = a O_i,  m_i = m'
-//     O += P V_blk                                            (br, dv)   detail/rows_times_matrix.hpp when dv is a
-//                                                                        whole number of packets, else Eigen's GEMM
+//     O += P V_blk                                            (br, dv)   detail/rows_times_matrix.hpp, V_blk read
+//                                                                        from V, or from a contiguous copy (heads > 1)
 //   output row i = O_i / l_i, or, for a row that sees no key, the mask's FullyMasked rule.
 // Extra memory: the per-thread workspace below, O(Br (d + dv + Bc)), whatever the sequence length; the direct path
 // holds (batch * num_heads, num_queries, num_keys) weights.
@@ -37,8 +37,8 @@
 //   S/P tile      Br * Bc * 4 B       = 128 KiB   written by a GEMM, rewritten by the exp pass, read by the next GEMM
 //   K, V blocks   Bc * (d + dv) * 4 B = 128 KiB at d = dv = 64 (64 KiB at d = 32), streamed
 //   Qs, O         Br * (d + dv) * 4 B =  64 KiB at d = dv = 64, kept for the whole key loop
-//   Eigen's packed copies of the GEMM operands, about as much again: ~320 KiB
-// about 640 KiB at d = 64 (400 KiB at d = 32): inside L2, with room for the next K/V block, so the tile is read from
+//   Eigen's packed copies of Qs and K_blk, and the contiguous copy of V_blk: ~160 KiB at d = dv = 64
+// about 480 KiB at d = 64 (300 KiB at d = 32): inside L2, with room for the next K/V block, so the tile is read from
 // L2 (three passes, a fraction of a cycle per element beside the 2 (d + dv) FLOPs per element of the two GEMMs) and
 // the inputs from memory once per query block. L1 is left to Eigen's GEMM kernel, which blocks its micro-panels for
 // it (a packed 48 x d slice of one operand against d x 4 of the other). An S tile inside L1 (64 x 128, 32 KiB) was
@@ -91,6 +91,8 @@ struct FlashWorkspace {
     Qs.resize(blocks.query_rows, d);
     S.resize(blocks.query_rows, blocks.key_rows);
     O.resize(blocks.query_rows, dv);
+    const Index padded = (dv + row_packet_size<Scalar> - 1) / row_packet_size<Scalar> * row_packet_size<Scalar>;
+    if (V.rows() != blocks.key_rows || V.cols() != padded) V.setZero(blocks.key_rows, padded);  // zero padding
     m.resize(blocks.query_rows);
     l.resize(blocks.query_rows);
     mean.resize(dv);
@@ -102,6 +104,7 @@ struct FlashWorkspace {
   Matrix<Scalar> Qs;                // (Br, d): the query block, scaled by 1 / sqrt(d)
   Matrix<Scalar> S;                 // (Br, Bc): scores, then unnormalised probabilities
   Matrix<Scalar> O;                 // (Br, dv): unnormalised output
+  Matrix<Scalar> V;                 // (Bc, dv rounded up to whole packets): a key block's value rows, the rest 0
   Vector<Scalar> m;                 // (Br): running maximum of each row's visible scores
   Vector<Scalar> l;                 // (Br): running sum of exp(score - m); 0 until the row has seen a key
   Vector<Scalar> mean;              // (dv): mean of the head's value rows, for FullyMasked::uniform
@@ -201,12 +204,18 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
     }
     const auto Vb = V.block(key_row0 + k0, h * dv, bc, dv);  // (bc, dv)
     if (mask.empty() || all_finite(Vb)) {  // with no mask every key is visible: a product over all of them is right
-      if (dv % row_packet_size<Scalar> == 0) {  // rows of Vb in whole packets: no packing of P or Vb
-        rows_times_matrix<true, Scalar>(S.data(), S.outerStride(), br, bc, Vb.data(), Vb.outerStride(), dv, nullptr,
-                                        O.data(), O.outerStride());
-      } else {
-        O.noalias() += S * Vb;
+      // The row kernel reads Vb's rows in whole packets, in cache: from V itself when its rows are whole packets next
+      // to each other (one head), else from a contiguous, padded copy. Rows of a head among several lie 4 (d * heads)
+      // bytes apart, often a multiple of 4 KiB / 4, and so fall into a few of L1's sets and evict each other.
+      const Scalar* values = Vb.data();
+      Index value_stride = Vb.outerStride();
+      if (value_stride != dv || dv % row_packet_size<Scalar> != 0) {
+        ws.V.topRows(bc).leftCols(dv) = Vb;
+        values = ws.V.data();
+        value_stride = ws.V.outerStride();
       }
+      rows_times_matrix<true, Scalar>(S.data(), S.outerStride(), br, bc, values, value_stride, dv, true, nullptr,
+                                      O.data(), O.outerStride());
     } else {  // 0 * NaN is NaN: each row adds its visible keys only, so a masked key's value row is never read
       for (Index i = 0; i < br; ++i) {
         const auto r = static_cast<std::size_t>(i);

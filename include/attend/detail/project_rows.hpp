@@ -5,9 +5,10 @@
 // result is bit-identical for 1 and N threads. When the same X feeds several projections (Q, K and V of
 // self-attention), each chunk of X is used by all of them while it is in cache: one pass over X.
 //
-// A projection given a TransposedWeight (detail/transposed_weight.hpp) whose W^T fits keeps_transposed() runs on
-// that kept copy instead of Eigen's GEMM: no packing of W on each call, which dominates for a few rows (the seed's
-// 8 rows) and still pays at 256 rows for W up to 256 x 256 floats (`bench_attention --benchmark_filter=Projection`).
+// A projection given a TransposedWeight (detail/transposed_weight.hpp) by projection(), for a W^T that fits
+// keeps_transposed(), runs on that kept copy instead of Eigen's GEMM: no packing of W on each call, which dominates
+// for a few rows (the seed's 8 rows) and still pays at 256 rows for W up to 256 x 256 floats
+// (`bench_attention --benchmark_filter=Projection`).
 #pragma once
 
 #include <attend/detail/transposed_weight.hpp>
@@ -31,7 +32,7 @@ struct Projection {
   const Scalar* bias;  // (out), or null
   Scalar* Y;           // (rows, out), row-major, rows y_stride apart
   Index y_stride;
-  TransposedWeight<Scalar>* kept = nullptr;  // where W^T may be kept between calls, or null: Eigen's GEMM
+  TransposedWeight<Scalar>* kept = nullptr;  // where W^T is kept between calls, or null: Eigen's GEMM
 };
 
 // True when W (out, in) is small enough for a kept W^T to beat Eigen's GEMM: W^T, padded, within 256 KiB (a quarter
@@ -43,11 +44,13 @@ bool keeps_transposed(Index out, Index in) {
 }
 
 // A projection from a weight matrix and a bias vector (empty: none) into a contiguous Y (rows, W.rows()); kept:
-// where W^T may be kept between calls, or null.
+// where W^T may be kept between calls, or null. The kept copy is used only when W fits keeps_transposed(): the one
+// place that decides.
 template <class Scalar>
 Projection<Scalar> projection(const Matrix<Scalar>& W, const Vector<Scalar>& bias, Scalar* Y,
                               TransposedWeight<Scalar>* kept = nullptr) {
-  return {W.data(), W.rows(), bias.size() > 0 ? bias.data() : nullptr, Y, W.rows(), kept};
+  const bool keeps = kept != nullptr && keeps_transposed<Scalar>(W.rows(), W.cols());
+  return {W.data(), W.rows(), bias.size() > 0 ? bias.data() : nullptr, Y, W.rows(), keeps ? kept : nullptr};
 }
 
 // Every projection of `projections` applied to the same X (rows, in); see the top of this file. Shapes must have
@@ -62,14 +65,14 @@ void project_rows(const Eigen::Ref<const Matrix<Scalar>>& X, std::initializer_li
   for (const Projection<Scalar>& p : projections) {
     width += static_cast<double>(p.out);
     widest = std::max(widest, static_cast<double>(p.out));
-    if (p.kept != nullptr && keeps_transposed<Scalar>(p.out, in)) p.kept->refresh(p.W, p.out, in);  // allocates
+    if (p.kept != nullptr) p.kept->refresh(p.W, p.out, in);  // may allocate
   }
   const double chunk_rows = static_cast<double>(std::min(rows, rows_per_chunk)), depth = static_cast<double>(in);
   parallel_for(chunks, chunk_rows * depth * widest, static_cast<double>(rows) * depth * width, [&](Index c, int) {
     const Index r0 = c * rows_per_chunk, n = std::min(rows_per_chunk, rows - r0);
     const auto Xc = X.middleRows(r0, n);  // (n, in)
     for (const Projection<Scalar>& p : projections) {
-      if (p.kept != nullptr && keeps_transposed<Scalar>(p.out, in)) {
+      if (p.kept != nullptr) {
         times_transposed(Xc.data(), X.outerStride(), n, in, *p.kept, p.out, p.bias, p.Y + r0 * p.y_stride, p.y_stride);
         continue;
       }

@@ -1,8 +1,8 @@
 // attend/detail/rows_times_matrix.hpp — Y = X B (+ bias), or Y += X B, for a row-major B read a row at a time.
 //
 // Each row of Y is a sum of rows of B scaled by X's entries: packets along Y's columns, R = 4 rows of X at a time and
-// up to 4 packets of columns, all R * C accumulators in registers; step k loads C packets of row k of B and R entries
-// of X for R * C multiply-adds. No packing, no reduction across lanes: for a B that stays in cache (a kept W^T of a
+// up to C = 4 packets of columns (8 rows by up to 2 packets for a narrow Y), all R * C accumulators in registers;
+// step k loads C packets of row k of B and R entries of X for R * C multiply-adds. No packing, no reduction across lanes: for a B that stays in cache (a kept W^T of a
 // projection, detail/transposed_weight.hpp; a block of values in the tiled kernel, detail/flash_attention.hpp) it
 // runs faster than Eigen's GEMM, which repacks both operands on every call.
 //
@@ -23,82 +23,120 @@ using RowPacket = typename Eigen::internal::packet_traits<Scalar>::type;
 template <class Scalar>
 constexpr Index row_packet_size = Eigen::internal::packet_traits<Scalar>::size;
 
-// Columns [o0, o0 + C packets) of R rows of Y, those below `out` written: Y[r, o] (+)= sum_k X[r, k] B[k, o]
-// (+ bias[o]). X: (R, in), rows ldx apart; B: (in, >= o0 + C packets), rows ldb apart; bias: (out) or null;
-// Y: (R, out), rows ldy apart.
+// Columns [0, C packets) of R rows of Y, all of them present: Y[r, o] (+)= sum_k X[r, k] B[k, o] (+ bias[o]).
+// X: (R, in), rows ldx apart; B: (in, >= C packets), rows ldb apart; bias: (C packets) or null; Y rows ldy apart.
+// Only whole packets here, so that the compiler keeps every accumulator in a register (with the partial packet's
+// lane copies in the same function, g++ 12 kept them on the stack: a load and a store around every multiply-add).
 template <int R, int C, bool Accumulate, class Scalar>
-void rows_times_matrix_block(const Scalar* X, Index ldx, Index in, const Scalar* B, Index ldb, Index o0, Index out,
-                             const Scalar* bias, Scalar* Y, Index ldy) {
+void rows_times_packets(const Scalar* X, Index ldx, Index in, const Scalar* B, Index ldb, const Scalar* bias, Scalar* Y,
+                        Index ldy) {
   namespace ei = Eigen::internal;
   using Packet = RowPacket<Scalar>;
   constexpr Index P = row_packet_size<Scalar>;
-  Scalar lanes[P];  // a partial packet of Y, its lanes past `out` unused
   Packet acc[R][C];
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) {
-      const Index o = o0 + c * P;
-      if (!Accumulate || o >= out) {
-        acc[r][c] = ei::pset1<Packet>(Scalar(0));
-      } else if (o + P <= out) {
-        acc[r][c] = ei::ploadu<Packet>(Y + r * ldy + o);
-      } else {
-        std::fill(lanes, lanes + P, Scalar(0));
-        std::copy(Y + r * ldy + o, Y + r * ldy + out, lanes);
-        acc[r][c] = ei::ploadu<Packet>(lanes);
-      }
-    }
+    for (int c = 0; c < C; ++c)
+      acc[r][c] = Accumulate ? ei::ploadu<Packet>(Y + r * ldy + c * P) : ei::pset1<Packet>(Scalar(0));
   for (Index k = 0; k < in; ++k) {
-    const Scalar* b = B + k * ldb + o0;
+    const Scalar* b = B + k * ldb;
     Packet bk[C];
+#pragma GCC unroll 4
     for (int c = 0; c < C; ++c) bk[c] = ei::ploadu<Packet>(b + c * P);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const Packet x = ei::pset1<Packet>(X[r * ldx + k]);
+#pragma GCC unroll 4
       for (int c = 0; c < C; ++c) acc[r][c] = ei::pmadd(x, bk[c], acc[r][c]);
     }
   }
   for (int c = 0; c < C; ++c) {
-    const Index o = o0 + c * P;
-    if (o >= out) break;
-    if (o + P <= out) {
-      const Packet add = bias != nullptr ? ei::ploadu<Packet>(bias + o) : ei::pset1<Packet>(Scalar(0));
-      for (int r = 0; r < R; ++r) ei::pstoreu(Y + r * ldy + o, ei::padd(acc[r][c], add));
-    } else {  // the last, partial packet
-      for (int r = 0; r < R; ++r) {
-        ei::pstoreu(lanes, acc[r][c]);
-        for (Index j = 0; o + j < out; ++j) Y[r * ldy + o + j] = lanes[j] + (bias != nullptr ? bias[o + j] : Scalar(0));
-      }
+    if (bias != nullptr) {
+      const Packet add = ei::ploadu<Packet>(bias + c * P);
+      for (int r = 0; r < R; ++r) acc[r][c] = ei::padd(acc[r][c], add);
     }
+    for (int r = 0; r < R; ++r) ei::pstoreu(Y + r * ldy + c * P, acc[r][c]);
   }
 }
 
-// R rows of Y, every column: blocks of 4 packets, then the 1 to 3 packets left.
+// Columns [o0, o0 + C packets) of R rows of Y, those below `out` written: as rows_times_packets, B read in whole
+// packets. When the last packet runs past `out`, Y's and the bias's entries go through a padded copy.
+template <int R, int C, bool Accumulate, class Scalar>
+void rows_times_matrix_block(const Scalar* X, Index ldx, Index in, const Scalar* B, Index ldb, Index o0, Index out,
+                             const Scalar* bias, Scalar* Y, Index ldy) {
+  constexpr Index width = C * row_packet_size<Scalar>;
+  const Scalar* bias_o0 = bias != nullptr ? bias + o0 : nullptr;
+  if (o0 + width <= out) {
+    rows_times_packets<R, C, Accumulate>(X, ldx, in, B + o0, ldb, bias_o0, Y + o0, ldy);
+    return;
+  }
+  const Index present = out - o0;  // 1 .. width - 1 columns
+  Scalar tile[R * width] = {};     // (R, width): the block of Y, zero past `out`
+  Scalar bias_tile[width] = {};    // (width)
+  for (int r = 0; r < R; ++r)
+    if (Accumulate) std::copy(Y + r * ldy + o0, Y + r * ldy + out, tile + r * width);
+  if (bias_o0 != nullptr) std::copy(bias_o0, bias_o0 + present, bias_tile);
+  rows_times_packets<R, C, Accumulate>(X, ldx, in, B + o0, ldb, bias_o0 != nullptr ? bias_tile : nullptr, tile, width);
+  for (int r = 0; r < R; ++r) std::copy(tile + r * width, tile + r * width + present, Y + r * ldy + o0);
+}
+
+// Columns [o0, out) of R rows of Y, fewer than a packet, by scalars: for a B whose rows end at `out`.
 template <int R, bool Accumulate, class Scalar>
-void rows_times_matrix_rows(const Scalar* X, Index ldx, Index in, const Scalar* B, Index ldb, Index out,
+void rows_times_columns(const Scalar* X, Index ldx, Index in, const Scalar* B, Index ldb, Index o0, Index out,
+                        const Scalar* bias, Scalar* Y, Index ldy) {
+  for (int r = 0; r < R; ++r)
+    for (Index o = o0; o < out; ++o) {
+      Scalar sum = Accumulate ? Y[r * ldy + o] : Scalar(0);
+      for (Index k = 0; k < in; ++k) sum += X[r * ldx + k] * B[k * ldb + o];
+      Y[r * ldy + o] = bias != nullptr ? sum + bias[o] : sum;
+    }
+}
+
+// R rows of Y, every column: blocks of C = min(4, 16 / R) packets (at most 16 accumulators), then the rest; see
+// rows_times_matrix for `padded`.
+template <int R, bool Accumulate, class Scalar>
+void rows_times_matrix_rows(const Scalar* X, Index ldx, Index in, const Scalar* B, Index ldb, Index out, bool padded,
                             const Scalar* bias, Scalar* Y, Index ldy) {
   constexpr Index P = row_packet_size<Scalar>;
-  const Index packets = (out + P - 1) / P;
+  constexpr int C = R <= 4 ? 4 : 16 / R;
+  static_assert(C >= 1 && C <= 4, "1 to 16 rows a block");
+  const Index packets = padded ? (out + P - 1) / P : out / P;
   Index p = 0;
-  for (; p + 4 <= packets; p += 4)
-    rows_times_matrix_block<R, 4, Accumulate>(X, ldx, in, B, ldb, p * P, out, bias, Y, ldy);
+  for (; p + C <= packets; p += C)
+    rows_times_matrix_block<R, C, Accumulate>(X, ldx, in, B, ldb, p * P, out, bias, Y, ldy);
   switch (packets - p) {
-    case 3: rows_times_matrix_block<R, 3, Accumulate>(X, ldx, in, B, ldb, p * P, out, bias, Y, ldy); break;
-    case 2: rows_times_matrix_block<R, 2, Accumulate>(X, ldx, in, B, ldb, p * P, out, bias, Y, ldy); break;
-    case 1: rows_times_matrix_block<R, 1, Accumulate>(X, ldx, in, B, ldb, p * P, out, bias, Y, ldy); break;
+    case 3:
+      if constexpr (C > 3) rows_times_matrix_block<R, 3, Accumulate>(X, ldx, in, B, ldb, p * P, out, bias, Y, ldy);
+      break;
+    case 2:
+      if constexpr (C > 2) rows_times_matrix_block<R, 2, Accumulate>(X, ldx, in, B, ldb, p * P, out, bias, Y, ldy);
+      break;
+    case 1:
+      if constexpr (C > 1) rows_times_matrix_block<R, 1, Accumulate>(X, ldx, in, B, ldb, p * P, out, bias, Y, ldy);
+      break;
     default: break;
   }
+  if (packets * P < out) rows_times_columns<R, Accumulate>(X, ldx, in, B, ldb, packets * P, out, bias, Y, ldy);
 }
 
 // Y (rows, out) = X (rows, in) B (in, out) + bias, or Y += X B + bias when Accumulate. X rows ldx apart, B rows ldb
-// apart, Y rows ldy apart; bias (out) or null. Each row of B is read in whole packets, out rounded up to a multiple of
-// row_packet_size<Scalar>: the caller makes those entries readable (padding, or out a multiple of the packet).
+// apart, Y rows ldy apart; bias (out) or null.
+// padded: B's rows may be read in whole packets, out rounded up to a multiple of row_packet_size<Scalar> (a padded
+// copy, or out a multiple of the packet); false: B's rows end at `out`, and the last out % packet columns of Y are
+// summed by scalars (fine for a short tail, such as a tiny head's 20 columns, 4 of them past the packet).
+// Rows go 4 at a time (C up to 4 packets of columns), or 8 at a time when out is at most 2 packets (a head of 32
+// floats): with 4 rows there, a step would make 2 loads of B and 4 broadcasts for only 8 multiply-adds.
 template <bool Accumulate, class Scalar>
 void rows_times_matrix(const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B, Index ldb, Index out,
-                       const Scalar* bias, Scalar* Y, Index ldy) {
+                       bool padded, const Scalar* bias, Scalar* Y, Index ldy) {
+  constexpr Index P = row_packet_size<Scalar>;
   Index r = 0;
+  if (out <= 2 * P)
+    for (; r + 8 <= rows; r += 8)
+      rows_times_matrix_rows<8, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, padded, bias, Y + r * ldy, ldy);
   for (; r + 4 <= rows; r += 4)
-    rows_times_matrix_rows<4, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, bias, Y + r * ldy, ldy);
+    rows_times_matrix_rows<4, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, padded, bias, Y + r * ldy, ldy);
   for (; r < rows; ++r)
-    rows_times_matrix_rows<1, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, bias, Y + r * ldy, ldy);
+    rows_times_matrix_rows<1, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, padded, bias, Y + r * ldy, ldy);
 }
 
 }  // namespace detail

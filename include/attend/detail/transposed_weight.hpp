@@ -49,7 +49,7 @@ template <class Scalar>
 void times_transposed(const Scalar* X, Index ldx, Index rows, Index in, const TransposedWeight<Scalar>& weight,
                       Index out, const Scalar* bias, Scalar* Y, Index ldy) {
   const Matrix<Scalar>& Wt = weight.transposed();  // (in, padded out): whole packets readable past `out`
-  rows_times_matrix<false>(X, ldx, rows, in, Wt.data(), Wt.cols(), out, bias, Y, ldy);
+  rows_times_matrix<false>(X, ldx, rows, in, Wt.data(), Wt.cols(), out, true, bias, Y, ldy);
 }
 
 }  // namespace detail
