@@ -20,8 +20,8 @@
 //     O += P V_blk                                            (br, dv)   detail/rows_times_matrix.hpp, V_blk read
 //                                                                        from V, or from a contiguous copy (heads > 1)
 //   output row i = O_i / l_i, or, for a row that sees no key, the mask's FullyMasked rule.
-// Extra memory: the per-thread workspace below, O(Br (d + dv + Bc)), whatever the sequence length; the direct path
-// holds (batch * num_heads, num_queries, num_keys) weights.
+// Extra memory: the per-thread workspace below, O(Br (d + dv + Bc) + Bc dv), whatever the sequence length; the
+// direct path holds (batch * num_heads, num_queries, num_keys) weights.
 //
 // Masking, as d2l's -1e6 replacement where it matters (see mask.hpp): in a row that sees at least one key, a masked
 // key contributes exactly 0, which is what the direct path gives whenever the row's largest kept score is above
