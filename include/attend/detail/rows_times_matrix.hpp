@@ -2,9 +2,11 @@
 //
 // Each row of Y is a sum of rows of B scaled by X's entries: packets along Y's columns, R = 4 rows of X at a time and
 // up to C = 4 packets of columns (8 rows by up to 2 packets for a narrow Y), all R * C accumulators in registers;
-// step k loads C packets of row k of B and R entries of X for R * C multiply-adds. No packing, no reduction across lanes: for a B that stays in cache (a kept W^T of a
-// projection, detail/transposed_weight.hpp; a block of values in the tiled kernel, detail/flash_attention.hpp) it
-// runs faster than Eigen's GEMM, which repacks both operands on every call.
+// step k loads C packets of row k of B and R entries of X for R * C multiply-adds. No packing, no reduction across
+// lanes: for a B that stays in cache (a kept W^T of a projection, detail/transposed_weight.hpp; a block of values in
+// the tiled kernel, detail/flash_attention.hpp; a tiny head's values, detail/attend_rows.hpp) it runs faster than
+// Eigen's GEMM, which repacks both operands on every call. A B whose rows end at Y's last column (not padded to whole
+// packets) gets its last columns, fewer than a packet, summed by scalars.
 //
 // Every element of Y is one chain of multiply-adds over k in order, from 0 (or from Y's value when accumulating),
 // then plus its bias: the same bits whatever the number of rows in a call, so whatever the number of threads.
@@ -72,8 +74,8 @@ void rows_times_matrix_block(const Scalar* X, Index ldx, Index in, const Scalar*
   const Index present = out - o0;  // 1 .. width - 1 columns
   Scalar tile[R * width] = {};     // (R, width): the block of Y, zero past `out`
   Scalar bias_tile[width] = {};    // (width)
-  for (int r = 0; r < R; ++r)
-    if (Accumulate) std::copy(Y + r * ldy + o0, Y + r * ldy + out, tile + r * width);
+  if constexpr (Accumulate)
+    for (int r = 0; r < R; ++r) std::copy(Y + r * ldy + o0, Y + r * ldy + out, tile + r * width);
   if (bias_o0 != nullptr) std::copy(bias_o0, bias_o0 + present, bias_tile);
   rows_times_packets<R, C, Accumulate>(X, ldx, in, B + o0, ldb, bias_o0 != nullptr ? bias_tile : nullptr, tile, width);
   for (int r = 0; r < R; ++r) std::copy(tile + r * width, tile + r * width + present, Y + r * ldy + o0);
