@@ -91,7 +91,7 @@ struct FlashWorkspace {
     Qs.resize(blocks.query_rows, d);
     S.resize(blocks.query_rows, blocks.key_rows);
     O.resize(blocks.query_rows, dv);
-    const Index padded = (dv + row_packet_size<Scalar> - 1) / row_packet_size<Scalar> * row_packet_size<Scalar>;
+    const Index padded = padded_to_packets<Scalar>(dv);
     if (V.rows() != blocks.key_rows || V.cols() != padded) V.setZero(blocks.key_rows, padded);  // zero padding
     m.resize(blocks.query_rows);
     l.resize(blocks.query_rows);

@@ -39,8 +39,7 @@ struct Projection {
 // of one core's L2 here; each block of 4 rows of X streams all of it).
 template <class Scalar>
 bool keeps_transposed(Index out, Index in) {
-  constexpr Index P = TransposedWeight<Scalar>::packet_size;
-  return static_cast<double>(in) * static_cast<double>((out + P - 1) / P * P) * sizeof(Scalar) <= 256.0 * 1024;
+  return static_cast<double>(in) * static_cast<double>(padded_to_packets<Scalar>(out)) * sizeof(Scalar) <= 256.0 * 1024;
 }
 
 // A projection from a weight matrix and a bias vector (empty: none) into a contiguous Y (rows, W.rows()); kept:

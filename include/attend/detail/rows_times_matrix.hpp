@@ -25,6 +25,12 @@ using RowPacket = typename Eigen::internal::packet_traits<Scalar>::type;
 template <class Scalar>
 constexpr Index row_packet_size = Eigen::internal::packet_traits<Scalar>::size;
 
+// n rounded up to whole packets: the width of a B padded for rows_times_matrix(..., padded = true, ...).
+template <class Scalar>
+constexpr Index padded_to_packets(Index n) {
+  return (n + row_packet_size<Scalar> - 1) / row_packet_size<Scalar> * row_packet_size<Scalar>;
+}
+
 // Columns [0, C packets) of R rows of Y, all of them present: Y[r, o] (+)= sum_k X[r, k] B[k, o] (+ bias[o]).
 // X: (R, in), rows ldx apart; B: (in, >= C packets), rows ldb apart; bias: (C packets) or null; Y rows ldy apart.
 // Only whole packets here, so that the compiler keeps every accumulator in a register (with the partial packet's

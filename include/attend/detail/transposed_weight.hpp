@@ -30,7 +30,7 @@ class TransposedWeight {
     const bool same_shape = source_.rows() == out && source_.cols() == in;
     if (same_shape && (out * in == 0 || std::memcmp(source_.data(), W, sizeof(Scalar) * out * in) == 0)) return;
     source_ = Eigen::Map<const Matrix<Scalar>>(W, out, in);
-    const Index padded = (out + packet_size - 1) / packet_size * packet_size;
+    const Index padded = padded_to_packets<Scalar>(out);
     transposed_.setZero(in, padded);
     transposed_.leftCols(out) = source_.transpose();
   }
