@@ -19,7 +19,7 @@ struct AttentionWorkspace {
   Matrix<Scalar> Q, K, V;    // projections: (batch * q, hiddens), (batch * k, hiddens), (batch * k, hiddens)
   Matrix<Scalar> heads;      // (batch * q, hiddens): concatenated head outputs, before W_o
   Tensor3<Scalar> weights;   // (batch * heads, q, k): the direct path's weights, when the caller keeps none
-  std::vector<detail::FlashWorkspace<Scalar>> tiles;  // the tiled kernel's, one per thread
+  detail::FlashBuffers<Scalar> tiles;  // the tiled kernel's: one workspace per thread, head-major copies of K and V
   // W_q^T, W_k^T, W_v^T, W_o^T kept for small weights (detail/transposed_weight.hpp); each compared with its weight on
   // every call and rebuilt when the weight changed, so the workspace may move between modules.
   detail::TransposedWeight<Scalar> W_q, W_k, W_v, W_o;

@@ -6,7 +6,8 @@
 //   Q: (batch * num_queries, num_heads * d)   K: (batch * num_keys, num_heads * d)
 //   V: (batch * num_keys, num_heads * dv)     output: (batch * num_queries, num_heads * dv)
 // head h of batch row b is read and written through strided column blocks (columns h*d .. h*d + d - 1, rows
-// b*steps ..), never copied out; the mask of batch row b applies to all its heads.
+// b*steps ..); the mask of batch row b applies to all its heads. With several heads, K and V are first copied head
+// by head (FlashBuffers below): a head's rows inside them lie num_heads * d elements apart.
 //
 // One work item is (batch row b, head h, a block of Br query rows); for it:
 //   Qs = Q_blk / sqrt(d)                                      (br, d)    the scale, folded in once
@@ -17,11 +18,11 @@
 //       1. m' = max(m_i, max_{j visible} S_ij)
 //       2. P_ij = exp(S_ij - m') for a visible j (flushed to 0 under exp_underflow), 0 for a masked j
 //       3. a = exp(m_i - m'),  l_i = a l_i + sum_j P_ij,  O_i = a O_i,  m_i = m'
-//     O += P V_blk                                            (br, dv)   detail/rows_times_matrix.hpp, V_blk read
-//                                                                        from V, or from a contiguous copy (heads > 1)
+//     O += P V_blk                                            (br, dv)   detail/rows_times_matrix.hpp
 //   output row i = O_i / l_i, or, for a row that sees no key, the mask's FullyMasked rule.
-// Extra memory: the per-thread workspace below, O(Br (d + dv + Bc) + Bc dv), whatever the sequence length; the
-// direct path holds (batch * num_heads, num_queries, num_keys) weights.
+// Extra memory: the per-thread workspace below, O(Br (d + dv + Bc)), whatever the sequence length, and with several
+// heads (or a dv not a multiple of the packet) the head-major copies of K and V, the size of K and V; the direct
+// path holds (batch * num_heads, num_queries, num_keys) weights.
 //
 // Masking, as d2l's -1e6 replacement where it matters (see mask.hpp): in a row that sees at least one key, a masked
 // key contributes exactly 0, which is what the direct path gives whenever the row's largest kept score is above
@@ -29,16 +30,17 @@
 // FullyMasked::uniform, the mean of all num_keys value rows of its head (every score -1e6, every weight 1/num_keys),
 // or FullyMasked::zero, a row of zeros; never NaN. The key loop of a query block runs from the first key any of its
 // rows sees to the last one (its last key block cut there), so keys past every row's visible prefix (valid lengths,
-// the causal limit: half the work of a causal square) and, with a keep tensor, before every row's first kept key are
-// neither read nor computed: their K and V rows may hold anything, NaN included.
+// the causal limit: half the work of a causal square) and, with a keep tensor, before every row's first kept key
+// enter no product and no sum (the head-major copies move them, bit for bit, and nothing else reads them): their K
+// and V rows may hold anything, NaN included.
 //
 // Block sizes. This machine (Xeon, Ice Lake server, `lscpu`): L1d 48 KiB and L2 1.25 MiB per core. In float,
 // Br = 128 query rows by Bc = 256 keys:
 //   S/P tile      Br * Bc * 4 B       = 128 KiB   written by a GEMM, rewritten by the exp pass, read by the next GEMM
 //   K, V blocks   Bc * (d + dv) * 4 B = 128 KiB at d = dv = 64 (64 KiB at d = 32), streamed
 //   Qs, O         Br * (d + dv) * 4 B =  64 KiB at d = dv = 64, kept for the whole key loop
-//   Eigen's packed copies of Qs and K_blk, and the contiguous copy of V_blk: ~160 KiB at d = dv = 64
-// about 480 KiB at d = 64 (300 KiB at d = 32): inside L2, with room for the next K/V block, so the tile is read from
+//   Eigen's packed copies of Qs and K_blk: ~100 KiB at d = dv = 64
+// about 420 KiB at d = 64 (260 KiB at d = 32): inside L2, with room for the next K/V block, so the tile is read from
 // L2 (three passes, a fraction of a cycle per element beside the 2 (d + dv) FLOPs per element of the two GEMMs) and
 // the inputs from memory once per query block. L1 is left to Eigen's GEMM kernel, which blocks its micro-panels for
 // it (a packed 48 x d slice of one operand against d x 4 of the other). An S tile inside L1 (64 x 128, 32 KiB) was
@@ -91,8 +93,6 @@ struct FlashWorkspace {
     Qs.resize(blocks.query_rows, d);
     S.resize(blocks.query_rows, blocks.key_rows);
     O.resize(blocks.query_rows, dv);
-    const Index padded = padded_to_packets<Scalar>(dv);
-    if (V.rows() != blocks.key_rows || V.cols() != padded) V.setZero(blocks.key_rows, padded);  // zero padding
     m.resize(blocks.query_rows);
     l.resize(blocks.query_rows);
     mean.resize(dv);
@@ -104,7 +104,6 @@ struct FlashWorkspace {
   Matrix<Scalar> Qs;                // (Br, d): the query block, scaled by 1 / sqrt(d)
   Matrix<Scalar> S;                 // (Br, Bc): scores, then unnormalised probabilities
   Matrix<Scalar> O;                 // (Br, dv): unnormalised output
-  Matrix<Scalar> V;                 // (Bc, dv rounded up to whole packets): a key block's value rows, the rest 0
   Vector<Scalar> m;                 // (Br): running maximum of each row's visible scores
   Vector<Scalar> l;                 // (Br): running sum of exp(score - m); 0 until the row has seen a key
   Vector<Scalar> mean;              // (dv): mean of the head's value rows, for FullyMasked::uniform
@@ -112,14 +111,37 @@ struct FlashWorkspace {
   std::vector<const bool*> keep;    // (Br): each row's keep row (num_keys), or null
 };
 
-// One work item: rows q0 .. q0 + br - 1 of head h of batch row b. Every argument as flash_attention_heads.
+// Everything a call keeps between calls: one workspace per thread, and the head-major copies of K and V that all
+// threads read. With several heads, head h's rows of K and V lie num_heads * d elements apart, so a work item, which
+// reads one head, uses one cache line in num_heads of every stretch of memory it crosses: 1/num_heads of the L2's
+// sets, and of the lines each page brings. A head of 4096 keys (d = dv = 32, 1 MiB of keys and values) then no
+// longer stays in L2 from one query block to the next. The copies put each (batch row, head) pair's rows next to
+// one another, V's rows padded with zeros to whole packets for the row kernel. Measured (MultiHeadAttention, float,
+// 1 thread, 8 heads of 32): 17-20 % less time at n = 4096, 28 % at n = 8192; none lost at (8, 128, 256, 8).
 template <class Scalar>
-void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eigen::Ref<const Matrix<Scalar>>& K,
-                           const Eigen::Ref<const Matrix<Scalar>>& V, Index num_queries, Index num_keys, Index b,
-                           Index h, Index q0, Index br, const Mask& mask, Eigen::Ref<Matrix<Scalar>> output,
-                           FlashBlocks blocks, FlashWorkspace<Scalar>& ws) {
+struct FlashBuffers {
+  std::vector<FlashWorkspace<Scalar>> threads;  // one per thread
+  Matrix<Scalar> K;  // (batch * num_heads * num_keys, d): pair (b, h)'s keys in rows (b * num_heads + h) * num_keys ..
+  Matrix<Scalar> V;  // (batch * num_heads * num_keys, dv rounded up to whole packets): its values, the padding 0
+};
+
+// One (batch row, head) pair's keys and values, as the work items read them.
+template <class Scalar>
+struct HeadKeys {
+  using View = Eigen::Map<const Matrix<Scalar>, 0, Eigen::OuterStride<>>;
+  View K;  // (num_keys, d)
+  View V;  // (num_keys, dv), rows readable in whole packets
+};
+
+// One work item: rows q0 .. q0 + br - 1 of head h of batch row b, its keys and values in `keys`. Every other argument
+// as flash_attention_heads.
+template <class Scalar>
+void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const HeadKeys<Scalar>& keys, Index num_queries,
+                           Index num_keys, Index b, Index h, Index q0, Index br, const Mask& mask,
+                           Eigen::Ref<Matrix<Scalar>> output, FlashBlocks blocks, FlashWorkspace<Scalar>& ws) {
   const Index d = ws.Qs.cols(), dv = ws.O.cols();
-  const Index key_row0 = b * num_keys;  // first row of batch row b in K and V
+  const auto& K = keys.K;  // (num_keys, d)
+  const auto& V = keys.V;  // (num_keys, dv)
   auto out = output.block(b * num_queries + q0, h * dv, br, dv);  // (br, dv)
 
   // Each row's visible range [first, last): the visible prefix, narrowed to the first and last kept key when there
@@ -157,7 +179,7 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
   for (Index k0 = block_first; k0 < block_last; k0 += blocks.key_rows) {
     const Index bc = std::min(blocks.key_rows, block_last - k0);
     auto S = ws.S.topLeftCorner(br, bc);  // (br, bc)
-    S.noalias() = Qs * K.block(key_row0 + k0, h * d, bc, d).transpose();
+    S.noalias() = Qs * K.middleRows(k0, bc).transpose();
     for (Index i = 0; i < br; ++i) {
       const auto r = static_cast<std::size_t>(i);
       // This row's visible keys in the block: columns [lo, hi), less the keep row's holes.
@@ -202,20 +224,10 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
       l = rescale * l + seen_sum;
       if (rescale != Scalar(1)) O.row(i) *= rescale;
     }
-    const auto Vb = V.block(key_row0 + k0, h * dv, bc, dv);  // (bc, dv)
+    const auto Vb = V.middleRows(k0, bc);  // (bc, dv)
     if (mask.empty() || all_finite(Vb)) {  // with no mask every key is visible: a product over all of them is right
-      // The row kernel reads Vb's rows in whole packets, in cache: from V itself when its rows are whole packets next
-      // to each other (one head), else from a contiguous, padded copy. Rows of a head among several lie 4 (d * heads)
-      // bytes apart, often a multiple of 4 KiB / 4, and so fall into a few of L1's sets and evict each other.
-      const Scalar* values = Vb.data();
-      Index value_stride = Vb.outerStride();
-      if (value_stride != dv || dv % row_packet_size<Scalar> != 0) {
-        ws.V.topRows(bc).leftCols(dv) = Vb;
-        values = ws.V.data();
-        value_stride = ws.V.outerStride();
-      }
-      rows_times_matrix<true, Scalar>(S.data(), S.outerStride(), br, bc, values, value_stride, dv, true, nullptr,
-                                      O.data(), O.outerStride());
+      rows_times_matrix<true, Scalar>(S.data(), S.outerStride(), br, bc, Vb.data(), Vb.outerStride(), dv, true,
+                                      nullptr, O.data(), O.outerStride());
     } else {  // 0 * NaN is NaN: each row adds its visible keys only, so a masked key's value row is never read
       for (Index i = 0; i < br; ++i) {
         const auto r = static_cast<std::size_t>(i);
@@ -229,7 +241,7 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
   // The head's mean value row, only when some row needs FullyMasked::uniform.
   const bool uniform = mask.fully_masked() == FullyMasked::uniform && num_keys > 0;
   if (any_fully_masked && uniform)
-    ws.mean.transpose() = V.block(key_row0, h * dv, num_keys, dv).colwise().sum() / static_cast<Scalar>(num_keys);
+    ws.mean.transpose() = V.colwise().sum() / static_cast<Scalar>(num_keys);
   for (Index i = 0; i < br; ++i) {
     const auto r = static_cast<std::size_t>(i);
     if (ws.first[r] < ws.last[r]) {
@@ -245,14 +257,14 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
 // Scaled dot-product attention for every batch row and head, tiled; see the top of this file.
 //   Q: (batch * num_queries, num_heads * d)   K: (batch * num_keys, num_heads * d)
 //   V: (batch * num_keys, num_heads * dv)     output: (batch * num_queries, num_heads * dv), every element written
-// The mask is indexed by batch row, its shape checked by the caller (Mask::require_shape); spaces: one workspace per
-// thread, resized here (kept by the caller across calls, they make a call allocation-free); blocks: tile sizes,
-// both at least 1.
+// The mask is indexed by batch row, its shape checked by the caller (Mask::require_shape); buffers: one workspace per
+// thread and the head-major copies, resized here (kept by the caller across calls, they make a call allocation-free);
+// blocks: tile sizes, both at least 1.
 template <class Scalar>
 void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eigen::Ref<const Matrix<Scalar>>& K,
                            const Eigen::Ref<const Matrix<Scalar>>& V, Index batch, Index num_queries, Index num_keys,
                            Index num_heads, const Mask& mask, Eigen::Ref<Matrix<Scalar>> output,
-                           std::vector<FlashWorkspace<Scalar>>& spaces, FlashBlocks blocks = flash_blocks<Scalar>()) {
+                           FlashBuffers<Scalar>& buffers, FlashBlocks blocks = flash_blocks<Scalar>()) {
   eigen_assert(blocks.query_rows >= 1 && blocks.key_rows >= 1 && num_heads >= 1);
   eigen_assert(Q.rows() == batch * num_queries && K.rows() == batch * num_keys && V.rows() == K.rows());
   eigen_assert(Q.cols() % num_heads == 0 && Q.cols() == K.cols() && V.cols() % num_heads == 0);
@@ -262,36 +274,64 @@ void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
   blocks = {std::min(blocks.query_rows, std::max(num_queries, Index(1))),
             std::min(blocks.key_rows, std::max(num_keys, Index(1)))};
   const Index query_blocks = (num_queries + blocks.query_rows - 1) / blocks.query_rows;
-  const Index items = batch * num_heads * query_blocks;  // item = (b * num_heads + h) * query_blocks + block
+  const Index pairs = batch * num_heads;         // pair = b * num_heads + h
+  const Index items = pairs * query_blocks;      // item = pair * query_blocks + block
   if (items == 0) return;
   if (num_keys == 0) {  // a sum over no keys; and no view of the empty K and V may be taken (null data)
     output.setZero();
     return;
   }
+  // Head-major copies (see FlashBuffers): V's whenever the row kernel could not read its rows in whole packets in
+  // place; K's when a pair's keys are read by more than one query block (for a single one, the copy would read
+  // them as often as the kernel does).
+  const bool copy_values = num_heads > 1 || dv % row_packet_size<Scalar> != 0;
+  const bool copy_keys = num_heads > 1 && query_blocks > 1;
   // Sized before the parallel region, so that running out of memory throws instead of ending the program there.
-  spaces.resize(static_cast<std::size_t>(num_threads()));
-  for (FlashWorkspace<Scalar>& ws : spaces) ws.resize(blocks, d, dv);
+  if (copy_keys) buffers.K.resize(pairs * num_keys, d);
+  const Index padded_dv = padded_to_packets<Scalar>(dv);
+  if (copy_values) {
+    buffers.V.resize(pairs * num_keys, padded_dv);
+    buffers.V.rightCols(padded_dv - dv).setZero();  // the copies below write columns [0, dv)
+  }
+  buffers.threads.resize(static_cast<std::size_t>(num_threads()));
+  for (FlashWorkspace<Scalar>& ws : buffers.threads) ws.resize(blocks, d, dv);
+
   const double tile = static_cast<double>(blocks.query_rows) * static_cast<double>(blocks.key_rows);
-  const double all_pairs = static_cast<double>(batch * num_heads) * static_cast<double>(num_queries) *
+  const double all_pairs = static_cast<double>(pairs) * static_cast<double>(num_queries) *
                            static_cast<double>(num_keys);
-  parallel_for(items, tile * static_cast<double>(std::max(d, dv)), all_pairs * static_cast<double>(d + dv),
-               [&](Index item, int thread) {
-    const Index qb = item % query_blocks, bh = item / query_blocks;
+  const double largest_product = tile * static_cast<double>(std::max(d, dv));
+  const double total_work = all_pairs * static_cast<double>(d + dv);
+  if (copy_keys || copy_values)
+    parallel_for(pairs, largest_product, total_work, [&](Index pair, int) {
+      const Index b = pair / num_heads, h = pair % num_heads;
+      if (copy_keys) buffers.K.middleRows(pair * num_keys, num_keys) = K.block(b * num_keys, h * d, num_keys, d);
+      if (copy_values)
+        buffers.V.block(pair * num_keys, 0, num_keys, dv) = V.block(b * num_keys, h * dv, num_keys, dv);
+    });
+  parallel_for(items, largest_product, total_work, [&](Index item, int thread) {
+    const Index qb = item % query_blocks, pair = item / query_blocks;
+    const Index b = pair / num_heads, h = pair % num_heads;
     const Index q0 = qb * blocks.query_rows;
-    flash_attention_block<Scalar>(Q, K, V, num_queries, num_keys, bh / num_heads, bh % num_heads, q0,
-                                  std::min(blocks.query_rows, num_queries - q0), mask, output, blocks,
-                                  spaces[static_cast<std::size_t>(thread)]);
+    using View = typename HeadKeys<Scalar>::View;
+    const Index kept_row = pair * num_keys, row = b * num_keys;  // the pair's first row in the copies, in K and V
+    const HeadKeys<Scalar> keys{
+        copy_keys ? View(&buffers.K.coeffRef(kept_row, 0), num_keys, d, Eigen::OuterStride<>(buffers.K.outerStride()))
+                  : View(&K.coeffRef(row, h * d), num_keys, d, Eigen::OuterStride<>(K.outerStride())),
+        copy_values ? View(&buffers.V.coeffRef(kept_row, 0), num_keys, dv, Eigen::OuterStride<>(buffers.V.outerStride()))
+                    : View(&V.coeffRef(row, h * dv), num_keys, dv, Eigen::OuterStride<>(V.outerStride()))};
+    flash_attention_block<Scalar>(Q, keys, num_queries, num_keys, b, h, q0, std::min(blocks.query_rows, num_queries - q0),
+                                  mask, output, blocks, buffers.threads[static_cast<std::size_t>(thread)]);
   });
 }
 
-// The same with workspaces of its own, allocated for this call.
+// The same with buffers of its own, allocated for this call.
 template <class Scalar>
 void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eigen::Ref<const Matrix<Scalar>>& K,
                            const Eigen::Ref<const Matrix<Scalar>>& V, Index batch, Index num_queries, Index num_keys,
                            Index num_heads, const Mask& mask, Eigen::Ref<Matrix<Scalar>> output,
                            FlashBlocks blocks = flash_blocks<Scalar>()) {
-  std::vector<FlashWorkspace<Scalar>> spaces;
-  flash_attention_heads<Scalar>(Q, K, V, batch, num_queries, num_keys, num_heads, mask, output, spaces, blocks);
+  FlashBuffers<Scalar> buffers;
+  flash_attention_heads<Scalar>(Q, K, V, batch, num_queries, num_keys, num_heads, mask, output, buffers, blocks);
 }
 
 }  // namespace detail
