@@ -10,10 +10,10 @@
 // goes on the right (left 1, right 2 for kernel_size 4). Like PyTorch this is a cross-correlation: the kernel is
 // not flipped.
 //
-// The forward pass is im2col and one GEMM: every output row (b, s) gathers its receptive field into a row of
-// in_channels * kernel_size values, column i * kernel_size + t holding X[b, s + t - left, i] — the order of W's
-// last two axes, so W seen as (out_channels, in_channels * kernel_size) multiplies it directly, with no copy of
-// W. This costs a buffer kernel_size times the size of X.
+// The forward pass is one GEMM with no im2col buffer: in a copy of X padded with zero steps, the receptive field
+// of output step s is kernel_size consecutive steps, so kernel_size * in_channels consecutive values; those rows
+// overlap, one step apart, and Eigen's GEMM reads them through a view with that row stride. W is reordered to match
+// (column t * in_channels + i holding W[o, i, t]). Extra memory: the padded copy of X and the reordered W.
 //
 // Initialised as PyTorch does: W, then bias, uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)) with
 // fan_in = in_channels * kernel_size; W is drawn in its row-major order (o, i, t). state_dict() uses nn.Conv1d's
@@ -66,28 +66,39 @@ class Conv1d : public Module {
     const Index batch = X.dimension(0), steps = X.dimension(1);
     const Index in = in_channels_, k = kernel_size_, width = in * k;
 
-    // 1. im2col: row b * steps + s, column i * k + t is X[b, s + t - left, i], or 0 in the padding.
-    Matrix<Scalar> columns = Matrix<Scalar>::Zero(batch * steps, width);  // (batch * steps, in * k)
-    using TapView = Eigen::Map<Matrix<Scalar>, 0, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
-    for (Index t = 0; t < k; ++t) {
-      const Index shift = t - left_padding();              // tap t reads step s + shift
-      const Index first = std::max<Index>(0, -shift);      // the first output step whose input is inside X
-      const Index last = std::min(steps, steps - shift);   // one past the last
-      if (last <= first) continue;
-      for (Index b = 0; b < batch; ++b) {
-        // (last - first, in): columns t, k + t, 2k + t, ... of rows b * steps + first ..
-        TapView tap(columns.data() + (b * steps + first) * width + t, last - first, in,
-                    Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(width, k));
-        tap = detail::slice(X, b).middleRows(first + shift, last - first);
-      }
+    // 1. X with its padding: batch row b's steps in rows b * padded_steps + left .., zero rows around them.
+    const Index left = left_padding(), padded_steps = steps + k - 1;
+    Matrix<Scalar> padded(batch * padded_steps, in);  // (batch * (steps + k - 1), in)
+    for (Index b = 0; b < batch; ++b) {
+      padded.middleRows(b * padded_steps, left).setZero();
+      padded.middleRows(b * padded_steps + left, steps) = detail::slice(X, b);
+      padded.middleRows(b * padded_steps + left + steps, right_padding()).setZero();
     }
+    // 2. W with its last two axes swapped, seen as (out, k * in): column t * in + i holds W[o, i, t].
+    Matrix<Scalar> W(out_channels_, width);  // (out, k * in)
+    for (Index o = 0; o < out_channels_; ++o)
+      for (Index i = 0; i < in; ++i)
+        for (Index t = 0; t < k; ++t) W(o, t * in + i) = weight_(o, i, t);
 
-    // 2. One GEMM against W seen as (out, in * k), then the bias.
-    Eigen::Map<const Matrix<Scalar>> W(weight_.data(), out_channels_, width);  // (out, in * k)
-    Tensor3<Scalar> Y(batch, steps, out_channels_);                              // (batch, steps, out)
-    auto rows = detail::as_matrix(Y);                                            // (batch * steps, out)
-    detail::project_rows<Scalar>(columns, {{W.data(), out_channels_, has_bias_ ? bias_.data() : nullptr, rows.data(),
-                                            out_channels_}});  // row chunks among the threads, any count same bits
+    // 3. Output step s of batch row b reads padded steps s .. s + k - 1 of its batch row: k * in consecutive values,
+    //    a row of a view whose rows overlap (one step, in values, apart). One GEMM per chunk of steps against W^T.
+    Tensor3<Scalar> Y(batch, steps, out_channels_);  // (batch, steps, out)
+    auto rows = detail::as_matrix(Y);                // (batch * steps, out)
+    using Windows = Eigen::Map<const Matrix<Scalar>, 0, Eigen::OuterStride<>>;
+    const Index chunks = (steps + detail::rows_per_chunk - 1) / detail::rows_per_chunk;  // per batch row
+    const double chunk_rows = static_cast<double>(std::min(steps, detail::rows_per_chunk));
+    const double per_row = static_cast<double>(width) * static_cast<double>(out_channels_);
+    // Chunks fixed by the shape, not by the number of threads: the same bits for any thread count.
+    detail::parallel_for(batch * chunks, chunk_rows * per_row, static_cast<double>(batch * steps) * per_row,
+                         [&](Index item, int) {
+      const Index b = item / chunks, s0 = item % chunks * detail::rows_per_chunk;
+      const Index n = std::min(detail::rows_per_chunk, steps - s0);
+      const Scalar* first = padded.data() + (b * padded_steps + s0) * in;     // padded step s0 of batch row b
+      const Windows windows(first, n, width, Eigen::OuterStride<>(in));  // (n, k * in)
+      auto Yc = rows.middleRows(b * steps + s0, n);  // (n, out)
+      Yc.noalias() = windows * W.transpose();
+      if (has_bias_) Yc.rowwise() += bias_.transpose();
+    });
     return Y;
   }
 
