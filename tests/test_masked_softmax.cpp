@@ -1,6 +1,9 @@
 // masked_softmax against d2l's PyTorch code (fixtures), the book's examples, and the seed's -1e6 rule.
 #include <attend/masked_softmax.hpp>
 #include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <support/fixture.hpp>
 #include <support/lens.hpp>
 #include <support/matchers.hpp>
@@ -94,4 +97,51 @@ TEMPLATE_TEST_CASE("masked_softmax rejects lengths of the wrong shape", "[masked
   REQUIRE_THROWS_MATCHES(attend::masked_softmax(X, ValidLens::per_query(per_query)), std::invalid_argument,
                          Catch::Matchers::Message("masked_softmax: valid_lens must have shape (2, 3) (batch, "
                                                   "queries), got (2, 2)"));
+}
+
+TEMPLATE_TEST_CASE("exp_nonpositive gives Eigen's vectorised exp bit for bit on [exp_underflow, 0]", "[masked_softmax]",
+                   float, double) {
+  // The softmax's exp (a shortened Eigen pexp on AVX-512 floats, Eigen's pexp elsewhere) against Eigen's pexp itself,
+  // the reference, on evenly spaced bit patterns from -0 down to exp_underflow: every 64th float (17.5 million),
+  // 4 million doubles; then both ends and a tiny value.
+  namespace ei = Eigen::internal;
+  using Packet = typename ei::packet_traits<TestType>::type;
+  using Bits = std::conditional_t<sizeof(TestType) == 4, std::uint32_t, std::uint64_t>;
+  constexpr Index size = ei::packet_traits<TestType>::size;
+  const auto bits_of = [](TestType x) {
+    Bits b;
+    std::memcpy(&b, &x, sizeof b);
+    return b;
+  };
+  const auto value_of = [](Bits b) {
+    TestType x;
+    std::memcpy(&x, &b, sizeof x);
+    return x;
+  };
+  const TestType lowest = attend::detail::exp_underflow<TestType>();
+  const Bits first = bits_of(TestType(-0.0)), last = bits_of(lowest);  // a negative number's bits grow with |x|
+  const Bits step = sizeof(TestType) == 4 ? Bits(64) : (last - first) / Bits(4000000);
+  Index mismatches = 0, compared = 0;
+  const auto compare = [&](const TestType* lanes) {
+    TestType ours[size], eigen[size];
+    const Packet x = ei::ploadu<Packet>(lanes);
+    ei::pstoreu(ours, attend::detail::exp_nonpositive(x));
+    ei::pstoreu(eigen, ei::pexp(x));
+    mismatches += std::memcmp(ours, eigen, sizeof ours) != 0;
+    compared += size;
+  };
+  TestType lanes[size];
+  Index filled = 0;
+  for (Bits b = first; b <= last; b += step) {
+    lanes[filled++] = value_of(b);
+    if (filled == size) {
+      compare(lanes);
+      filled = 0;
+    }
+    if (last - b < step) break;
+  }
+  for (Index j = 0; j < size; ++j) lanes[j] = j % 3 == 0 ? lowest : j % 3 == 1 ? TestType(-0.0) : TestType(-1e-30);
+  compare(lanes);
+  CAPTURE(compared);
+  REQUIRE(mismatches == 0);
 }

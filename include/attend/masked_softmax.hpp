@@ -36,6 +36,39 @@ Scalar flushed_exp(Scalar x) {
   return x < exp_underflow<Scalar>() ? Scalar(0) : std::exp(x);
 }
 
+// exp(x) for a packet of x <= 0 whose lanes below exp_underflow the caller replaces by 0. Elsewhere Eigen's pexp. For
+// AVX-512 floats, Eigen's own AVX-512 pexp less the steps that change nothing on that range — the clamp of x to
+// [-88.38, 88.38] and the final max with x — and with 2^m applied by one vscalefps instead of built from exponent
+// bits and multiplied (exact either way: 2^m is a normal number for m >= -126): the same bits for every lane kept,
+// in 15 instructions instead of 21 (tests/test_masked_softmax.cpp compares the two over the whole range). The
+// polynomial is Cephes' expf (S. Moshier), as in Eigen.
+template <class Packet>
+Packet exp_nonpositive(const Packet& x) {
+  namespace ei = Eigen::internal;
+#ifdef EIGEN_VECTORIZE_AVX512
+  if constexpr (std::is_same<typename ei::unpacket_traits<Packet>::type, float>::value &&
+                ei::unpacket_traits<Packet>::size == 16) {  // Packet16f
+    // x = m ln 2 + r, m = floor(x log2(e) + 1/2), |r| <= ln(2) / 2; exp(x) = 2^m exp(r)
+    const Packet m = ei::pfloor(ei::pmadd(x, ei::pset1<Packet>(1.44269504088896341f), ei::pset1<Packet>(0.5f)));
+    const Packet r = _mm512_fmadd_ps(m, ei::pset1<Packet>(-0.6931471805599453f), x);
+    const Packet r2 = ei::pmul(r, r), r3 = ei::pmul(r2, r);
+    // exp(r) = 1 + r + r^2 (p5 + p4 r + ... + p0 r^5), two chains for instruction-level parallelism
+    Packet y = ei::pmadd(ei::pset1<Packet>(1.9875691500E-4f), r, ei::pset1<Packet>(1.3981999507E-3f));
+    Packet y1 = ei::pmadd(ei::pset1<Packet>(4.1665795894E-2f), r, ei::pset1<Packet>(1.6666665459E-1f));
+    const Packet y2 = ei::padd(r, ei::pset1<Packet>(1.0f));
+    y = ei::pmadd(y, r, ei::pset1<Packet>(8.3334519073E-3f));
+    y1 = ei::pmadd(y1, r, ei::pset1<Packet>(5.0000001201E-1f));
+    y = ei::pmadd(y, r3, y1);
+    y = ei::pmadd(y, r2, y2);
+    return _mm512_scalef_ps(y, m);
+  } else {
+    return ei::pexp(x);
+  }
+#else
+  return ei::pexp(x);
+#endif
+}
+
 // row[j] = exp(row[j] - m), flushed to 0 where row[j] - m < exp_underflow; returns the sum of the new row[j].
 // row: (n), contiguous. One pass over Eigen's packets (its vectorised exp), the last one partial: a short row (the
 // seed's have 4 keys) costs one packet exp, not n calls of std::exp. Eigen 3.4's select() has no packet path, so the
@@ -51,7 +84,7 @@ Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
   Index j = 0;
   for (; j + size <= n; j += size) {
     const Packet x = ei::psub(ei::ploadu<Packet>(row + j), shift);
-    const Packet e = ei::pselect(ei::pcmp_lt(x, underflow), zero, ei::pexp(x));
+    const Packet e = ei::pselect(ei::pcmp_lt(x, underflow), zero, exp_nonpositive(x));
     ei::pstoreu(row + j, e);
     sum = ei::padd(sum, e);
   }
@@ -60,7 +93,7 @@ Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
     Scalar lanes[size] = {};
     std::copy(row + j, row + n, lanes);
     const Packet x = ei::psub(ei::ploadu<Packet>(lanes), shift);
-    ei::pstoreu(lanes, ei::pselect(ei::pcmp_lt(x, underflow), zero, ei::pexp(x)));
+    ei::pstoreu(lanes, ei::pselect(ei::pcmp_lt(x, underflow), zero, exp_nonpositive(x)));
     for (Index t = 0; j + t < n; ++t) {
       row[j + t] = lanes[t];
       total += lanes[t];
