@@ -314,13 +314,16 @@ void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
     const Index q0 = qb * blocks.query_rows;
     using View = typename HeadKeys<Scalar>::View;
     const Index kept_row = pair * num_keys, row = b * num_keys;  // the pair's first row in the copies, in K and V
+    const auto& kept_K = buffers.K;
+    const auto& kept_V = buffers.V;
     const HeadKeys<Scalar> keys{
-        copy_keys ? View(&buffers.K.coeffRef(kept_row, 0), num_keys, d, Eigen::OuterStride<>(buffers.K.outerStride()))
+        copy_keys ? View(&kept_K.coeffRef(kept_row, 0), num_keys, d, Eigen::OuterStride<>(kept_K.outerStride()))
                   : View(&K.coeffRef(row, h * d), num_keys, d, Eigen::OuterStride<>(K.outerStride())),
-        copy_values ? View(&buffers.V.coeffRef(kept_row, 0), num_keys, dv, Eigen::OuterStride<>(buffers.V.outerStride()))
+        copy_values ? View(&kept_V.coeffRef(kept_row, 0), num_keys, dv, Eigen::OuterStride<>(kept_V.outerStride()))
                     : View(&V.coeffRef(row, h * dv), num_keys, dv, Eigen::OuterStride<>(V.outerStride()))};
-    flash_attention_block<Scalar>(Q, keys, num_queries, num_keys, b, h, q0, std::min(blocks.query_rows, num_queries - q0),
-                                  mask, output, blocks, buffers.threads[static_cast<std::size_t>(thread)]);
+    const Index br = std::min(blocks.query_rows, num_queries - q0);
+    flash_attention_block<Scalar>(Q, keys, num_queries, num_keys, b, h, q0, br, mask, output, blocks,
+                                  buffers.threads[static_cast<std::size_t>(thread)]);
   });
 }
 
