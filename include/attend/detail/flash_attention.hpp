@@ -313,14 +313,16 @@ void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
     const Index b = pair / num_heads, h = pair % num_heads;
     const Index q0 = qb * blocks.query_rows;
     using View = typename HeadKeys<Scalar>::View;
-    const Index kept_row = pair * num_keys, row = b * num_keys;  // the pair's first row in the copies, in K and V
-    const auto& kept_K = buffers.K;
-    const auto& kept_V = buffers.V;
-    const HeadKeys<Scalar> keys{
-        copy_keys ? View(&kept_K.coeffRef(kept_row, 0), num_keys, d, Eigen::OuterStride<>(kept_K.outerStride()))
-                  : View(&K.coeffRef(row, h * d), num_keys, d, Eigen::OuterStride<>(K.outerStride())),
-        copy_values ? View(&kept_V.coeffRef(kept_row, 0), num_keys, dv, Eigen::OuterStride<>(kept_V.outerStride()))
-                    : View(&V.coeffRef(row, h * dv), num_keys, dv, Eigen::OuterStride<>(V.outerStride()))};
+    // The pair's first key and value: in the copies, or in K and V (data() arithmetic: with d or dv 0, data() is null
+    // and the offset 0).
+    const Scalar* keys_at = copy_keys ? buffers.K.data() + pair * num_keys * buffers.K.outerStride()
+                                      : K.data() + b * num_keys * K.outerStride() + h * d;
+    const Scalar* values_at = copy_values ? buffers.V.data() + pair * num_keys * buffers.V.outerStride()
+                                          : V.data() + b * num_keys * V.outerStride() + h * dv;
+    const Index key_stride = copy_keys ? buffers.K.outerStride() : K.outerStride();
+    const Index value_stride = copy_values ? buffers.V.outerStride() : V.outerStride();
+    const HeadKeys<Scalar> keys{View(keys_at, num_keys, d, Eigen::OuterStride<>(key_stride)),
+                                View(values_at, num_keys, dv, Eigen::OuterStride<>(value_stride))};
     const Index br = std::min(blocks.query_rows, num_queries - q0);
     flash_attention_block<Scalar>(Q, keys, num_queries, num_keys, b, h, q0, br, mask, output, blocks,
                                   buffers.threads[static_cast<std::size_t>(thread)]);
