@@ -6,7 +6,8 @@
 Each seed is a short, mostly valid call — so that the fuzzer starts from inputs that reach the numerics — plus some
 that break one rule (a mismatched shape, a negative length, a head count that does not divide the width, a dropout
 out of [0, 1], special values). The layout is documented next to each entry point in fuzz_api.cpp; fields are one
-byte each, and a missing byte reads as 0.
+byte each, and a missing byte reads as 0. Inputs on which the fuzzer once failed are kept in the same folder as
+<entry>_regression_<n> (written by libFuzzer, not by this script, which leaves them in place).
 """
 import pathlib
 
