@@ -39,7 +39,8 @@ struct Projection {
 // of one core's L2 here; each block of 4 rows of X streams all of it).
 template <class Scalar>
 bool keeps_transposed(Index out, Index in) {
-  return static_cast<double>(in) * static_cast<double>(padded_to_packets<Scalar>(out)) * sizeof(Scalar) <= 256.0 * 1024;
+  const double padded_out = static_cast<double>(padded_to_packets<Scalar>(out));
+  return static_cast<double>(in) * padded_out * sizeof(Scalar) <= 256.0 * 1024;
 }
 
 // A projection from a weight matrix and a bias vector (empty: none) into a contiguous Y (rows, W.rows()); kept:
