@@ -156,9 +156,10 @@ TEMPLATE_TEST_CASE("MultiHeadAttention sees a weight changed through a reference
 
 TEMPLATE_TEST_CASE("rows_times_matrix gives X B + bias, or adds X B to Y, with B padded or not", "[transposed_weight]",
                    float, double) {
-  // rows around the blocks of 4 and 8 rows, out around the packet widths (4, 8 and 16 lanes).
-  const Index rows = GENERATE(1, 4, 7, 8, 13, 19);
-  const Index out = GENERATE(3, 16, 21, 32, 33, 64);
+  // rows around the blocks of rows (4, 8 with 16 vector registers; 4, 6, 12 with 32), out around the packet widths
+  // (4, 8 and 16 lanes) and past the blocks of 4 packets.
+  const Index rows = GENERATE(1, 4, 6, 7, 8, 12, 13, 19, 25, 31);
+  const Index out = GENERATE(3, 16, 21, 32, 33, 64, 100);
   const bool accumulate = GENERATE(true, false);
   const bool padded = GENERATE(true, false);  // false: B's rows end at out, so the kernel must not read past it
   CAPTURE(rows, out, accumulate, padded);

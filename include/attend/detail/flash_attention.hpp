@@ -6,55 +6,59 @@
 //   Q: (batch * num_queries, num_heads * d)   K: (batch * num_keys, num_heads * d)
 //   V: (batch * num_keys, num_heads * dv)     output: (batch * num_queries, num_heads * dv)
 // head h of batch row b is read and written through strided column blocks (columns h*d .. h*d + d - 1, rows
-// b*steps ..); the mask of batch row b applies to all its heads. With several heads, K and V are first copied head
-// by head (FlashBuffers below): a head's rows inside them lie num_heads * d elements apart.
+// b*steps ..); the mask of batch row b applies to all its heads. K is first copied head by head, transposed, a panel
+// per key block, and V head by head when there are several heads (FlashBuffers below): a head's rows inside K and V
+// lie num_heads * d elements apart.
 //
 // One work item is (batch row b, head h, a block of Br query rows); for it:
 //   Qs = Q_blk / sqrt(d)                                      (br, d)    the scale, folded in once
 //   O = 0, l = 0, m = (none)                                  (br, dv), (br), (br)
 //   for every key block [k0, k0 + bc) between the block's first and last visible key:
-//     S = Qs K_blk^T                                          (br, bc)   one Eigen GEMM
+//     S = Qs K_blk^T                                          (br, bc)   detail/rows_times_matrix.hpp, on K^T
 //     for each row i that sees a key of this block (its visible keys in it: a range, less the keep tensor's holes):
 //       1. m' = max(m_i, max_{j visible} S_ij)
 //       2. P_ij = exp(S_ij - m') for a visible j (flushed to 0 under exp_underflow), 0 for a masked j
 //       3. a = exp(m_i - m'),  l_i = a l_i + sum_j P_ij,  O_i = a O_i,  m_i = m'
 //     O += P V_blk                                            (br, dv)   detail/rows_times_matrix.hpp
 //   output row i = O_i / l_i, or, for a row that sees no key, the mask's FullyMasked rule.
-// Extra memory: the per-thread workspace below, O(Br (d + dv + Bc)), whatever the sequence length, and with several
-// heads (or a dv not a multiple of the packet) the head-major copies of K and V, the size of K and V; the direct
-// path holds (batch * num_heads, num_queries, num_keys) weights.
+// Extra memory: the per-thread workspace below, O(Br (d + dv + Bc)), whatever the sequence length, and the head-major
+// copies of K (transposed) and, with several heads or a dv not a multiple of the packet, of V: the size of K and V.
+// The direct path holds (batch * num_heads, num_queries, num_keys) weights.
 //
 // Masking, as d2l's -1e6 replacement where it matters (see mask.hpp): in a row that sees at least one key, a masked
 // key contributes exactly 0, which is what the direct path gives whenever the row's largest kept score is above
 // -1e6 + 87.34 (float) or -1e6 + 708.40 (double), i.e. for any score a model produces. A row that sees no key gets
 // FullyMasked::uniform, the mean of all num_keys value rows of its head (every score -1e6, every weight 1/num_keys),
-// or FullyMasked::zero, a row of zeros; never NaN. The key loop of a query block runs from the first key any of its
-// rows sees to the last one (its last key block cut there), so keys past every row's visible prefix (valid lengths,
-// the causal limit: half the work of a causal square) and, with a keep tensor, before every row's first kept key
-// enter no product and no sum (the head-major copies move them, bit for bit, and nothing else reads them): their K
-// and V rows may hold anything, NaN included.
+// or FullyMasked::zero, a row of zeros; never NaN. The key loop of a query block runs from the key block that holds
+// the first key any of its rows sees to the last key one sees (its last block cut there), so keys past every row's
+// visible prefix (valid lengths, the causal limit: half the work of a causal square) and whole key blocks before
+// every row's first kept key (a keep tensor) enter no product and no sum. A masked key's score, where one is computed
+// (inside a block), is overwritten before it is used, and its value row is read only when every value row of the
+// block is finite: K and V rows of masked keys may hold anything, NaN included.
 //
 // Block sizes. This machine (Xeon, Ice Lake server, `lscpu`): L1d 48 KiB and L2 1.25 MiB per core. In float,
 // Br = 128 query rows by Bc = 256 keys:
-//   S/P tile      Br * Bc * 4 B       = 128 KiB   written by a GEMM, rewritten by the exp pass, read by the next GEMM
-//   K, V blocks   Bc * (d + dv) * 4 B = 128 KiB at d = dv = 64 (64 KiB at d = 32), streamed
+//   S/P tile      Br * Bc * 4 B       = 128 KiB   written by Q K^T, rewritten by the exp pass, read by P V
+//   K^T, V blocks Bc * (d + dv) * 4 B = 128 KiB at d = dv = 64 (64 KiB at d = 32), streamed
 //   Qs, O         Br * (d + dv) * 4 B =  64 KiB at d = dv = 64, kept for the whole key loop
-//   Eigen's packed copies of Qs and K_blk: ~100 KiB at d = dv = 64
-// about 420 KiB at d = 64 (260 KiB at d = 32): inside L2, with room for the next K/V block, so the tile is read from
-// L2 (three passes, a fraction of a cycle per element beside the 2 (d + dv) FLOPs per element of the two GEMMs) and
-// the inputs from memory once per query block. L1 is left to Eigen's GEMM kernel, which blocks its micro-panels for
-// it (a packed 48 x d slice of one operand against d x 4 of the other). An S tile inside L1 (64 x 128, 32 KiB) was
-// 5-15% slower: every GEMM call repacks its operands (K: Bc d, Qs: Br d, V: Bc dv, P: Br Bc), and with products this
-// short (depth d = 32 or 64) packing and call costs, which scale like 1/Br + 1/Bc per FLOP, dominate below about 128.
-// Measured over Br in 32..384 and Bc in 64..1024 on (batch, n, d, heads) = (1, 2048, 64, 1), (1, 1024, 256, 8),
-// (1, 2048, 256, 8) and (8, 128, 256, 8): 128 x 256 was within noise of the best on each. In double the same 128 KiB
-// tile, 128 x 128, was within noise of the best too. Tiles are clipped to the problem (a 4 x 4 problem gets a 4 x 4
-// workspace). The work items stay numerous enough for threads: n / 128 per (batch row, head).
+// about 320 KiB at d = 64 (230 KiB at d = 32): inside L2, with room for the next K/V block, so the tile is read from
+// L2 (three passes, a fraction of a cycle per element beside the 2 (d + dv) FLOPs per element of the two products)
+// and the inputs from memory once per query block. Both products run on rows_times_matrix, whose register block
+// (6 rows by 4 packets with AVX-512) reads a 64-key slice of the K^T panel, d * 256 B, from L1 for all Br rows. The
+// K^T copy is stored panel by panel, each key block's d x Bc slice contiguous: a block is then one stream for the
+// hardware prefetcher instead of d rows num_keys apart, and a head whose keys and values leave L2 between query
+// blocks (n = 4096 at d = 32: 1 MiB) lost 10 % less time (a key block begins at a panel's start, so the first one
+// may hold keys before every row's first visible key: their scores are computed and then set to 0, never used).
+// Tile sizes were measured with Eigen's GEMM for Q K^T, over Br in 32..384 and Bc in 64..1024 on (batch, n, d,
+// heads) = (1, 2048, 64, 1), (1, 1024, 256, 8), (1, 2048, 256, 8) and (8, 128, 256, 8): 128 x 256 was within noise
+// of the best on each, and with the row kernel for Q K^T, Br in 60..192 by Bc in 128..512, all within noise but Bc =
+// 128 (10-20 % slower at d = 32). In double the same 128 KiB tile, 128 x 128. Tiles are clipped to the problem (a
+// 4 x 4 problem gets a 4 x 4 workspace). The work items stay numerous enough for threads: n / 128 per (batch row,
+// head).
 //
 // Threads: with OpenMP (the including target compiled with -fopenmp) the work items are shared among the threads,
 // each item — and so each output row — computed by exactly one thread in a fixed order, so the result does not
-// depend on the number of threads. The Eigen products inside run on the calling thread: Eigen's GEMM starts no
-// threads of its own inside a parallel region of several threads, and a team of one means one thread allowed.
+// depend on the number of threads. A work item's products (rows_times_matrix) start no threads of their own.
 // Without OpenMP the items run serially.
 #pragma once
 
@@ -112,16 +116,22 @@ struct FlashWorkspace {
 };
 
 // Everything a call keeps between calls: one workspace per thread, and the head-major copies of K and V that all
-// threads read. With several heads, head h's rows of K and V lie num_heads * d elements apart, so a work item, which
-// reads one head, uses one cache line in num_heads of every stretch of memory it crosses: 1/num_heads of the L2's
-// sets, and of the lines each page brings. A head of 4096 keys (d = dv = 32, 1 MiB of keys and values) then no
-// longer stays in L2 from one query block to the next. The copies put each (batch row, head) pair's rows next to
-// one another, V's rows padded with zeros to whole packets for the row kernel. Measured (MultiHeadAttention, float,
-// 1 thread, 8 heads of 32): 17-20 % less time at n = 4096, 28 % at n = 8192; none lost at (8, 128, 256, 8).
+// threads read. K's is transposed, so that S = Qs K^T is a sum of rows of K^T scaled by Qs's entries, the product
+// rows_times_matrix makes without packing either operand (Eigen's GEMM, used before, repacked K_blk for every query
+// block and Qs for every key block, and cleared S before adding to it: the copy and the row kernel took 1-12 % off
+// MultiHeadAttention's time, 1 thread, float, the most at n = 4096 with heads of 32). With several heads, head h's rows
+// of K and V lie num_heads * d elements apart in K and V, so a work item, which reads one head, uses one cache line in
+// num_heads of every stretch of memory it crosses: 1/num_heads of the L2's sets, and of the lines each page brings. A
+// head of 4096 keys (d = dv = 32, 1 MiB of keys and values) then no longer stays in L2 from one query block to the
+// next. The copies put each (batch row, head) pair's rows next to one another, V's rows padded with zeros to whole
+// packets for the row kernel. Measured (MultiHeadAttention, float, 1 thread, 8 heads of 32): 17-20 % less time at n =
+// 4096, 28 % at n = 8192; none lost at (8, 128, 256, 8).
 template <class Scalar>
 struct FlashBuffers {
   std::vector<FlashWorkspace<Scalar>> threads;  // one per thread
-  Matrix<Scalar> K;  // (batch * num_heads * num_keys, d): pair (b, h)'s keys in rows (b * num_heads + h) * num_keys ..
+  // (batch * num_heads * panels * d, Bc rounded up to whole packets): K^T in panels, one per key block; pair
+  // (b, h)'s panel t, K^T of keys [t Bc, t Bc + Bc), in rows ((b * num_heads + h) * panels + t) * d .., padding 0
+  Matrix<Scalar> KT;
   Matrix<Scalar> V;  // (batch * num_heads * num_keys, dv rounded up to whole packets): its values, the padding 0
 };
 
@@ -129,8 +139,9 @@ struct FlashBuffers {
 template <class Scalar>
 struct HeadKeys {
   using View = Eigen::Map<const Matrix<Scalar>, 0, Eigen::OuterStride<>>;
-  View K;  // (num_keys, d)
-  View V;  // (num_keys, dv), rows readable in whole packets
+  const Scalar* KT;   // (panels, d, panel_width): key block t's K^T at KT + t * d * panel_width, rows panel_width apart
+  Index panel_width;  // Bc rounded up to whole packets
+  View V;             // (num_keys, dv), rows readable in whole packets
 };
 
 // One work item: rows q0 .. q0 + br - 1 of head h of batch row b, its keys and values in `keys`. Every other argument
@@ -140,7 +151,6 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Head
                            Index num_keys, Index b, Index h, Index q0, Index br, const Mask& mask,
                            Eigen::Ref<Matrix<Scalar>> output, FlashBlocks blocks, FlashWorkspace<Scalar>& ws) {
   const Index d = ws.Qs.cols(), dv = ws.O.cols();
-  const auto& K = keys.K;  // (num_keys, d)
   const auto& V = keys.V;  // (num_keys, dv)
   auto out = output.block(b * num_queries + q0, h * dv, br, dv);  // (br, dv)
 
@@ -176,10 +186,17 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Head
     O.setZero();
     ws.l.head(br).setZero();
   }
-  for (Index k0 = block_first; k0 < block_last; k0 += blocks.key_rows) {
+  // Key blocks are the K^T copy's panels: the first one is the panel that holds the block's first visible key.
+  for (Index k0 = block_first / blocks.key_rows * blocks.key_rows; k0 < block_last; k0 += blocks.key_rows) {
     const Index bc = std::min(blocks.key_rows, block_last - k0);
     auto S = ws.S.topLeftCorner(br, bc);  // (br, bc)
-    S.noalias() = Qs * K.middleRows(k0, bc).transpose();
+    if (d > 0) {  // (with d = 0, KT's data() is null: no offset of it may be taken)
+      const Scalar* panel = keys.KT + k0 / blocks.key_rows * d * keys.panel_width;  // (d, panel_width)
+      rows_times_matrix<false, Scalar>(Qs.data(), Qs.outerStride(), br, d, panel, keys.panel_width, bc, true, nullptr,
+                                       S.data(), S.outerStride());
+    } else {
+      S.setZero();
+    }
     for (Index i = 0; i < br; ++i) {
       const auto r = static_cast<std::size_t>(i);
       // This row's visible keys in the block: columns [lo, hi), less the keep row's holes.
@@ -281,13 +298,13 @@ void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
     output.setZero();
     return;
   }
-  // Head-major copies (see FlashBuffers): V's whenever the row kernel could not read its rows in whole packets in
-  // place; K's when a pair's keys are read by more than one query block (for a single one, the copy would read
-  // them as often as the kernel does).
+  // Head-major copies (see FlashBuffers): K^T always; V's whenever the row kernel could not read its rows in whole
+  // packets in place.
   const bool copy_values = num_heads > 1 || dv % row_packet_size<Scalar> != 0;
-  const bool copy_keys = num_heads > 1 && query_blocks > 1;
   // Sized before the parallel region, so that running out of memory throws instead of ending the program there.
-  if (copy_keys) buffers.K.resize(pairs * num_keys, d);
+  const Index panels = (num_keys + blocks.key_rows - 1) / blocks.key_rows;
+  const Index panel_width = padded_to_packets<Scalar>(blocks.key_rows);
+  buffers.KT.resize(pairs * panels * d, panel_width);
   const Index padded_dv = padded_to_packets<Scalar>(dv);
   if (copy_values) {
     buffers.V.resize(pairs * num_keys, padded_dv);
@@ -301,27 +318,28 @@ void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
                            static_cast<double>(num_keys);
   const double largest_product = tile * static_cast<double>(std::max(d, dv));
   const double total_work = all_pairs * static_cast<double>(d + dv);
-  if (copy_keys || copy_values)
-    parallel_for(pairs, largest_product, total_work, [&](Index pair, int) {
-      const Index b = pair / num_heads, h = pair % num_heads;
-      if (copy_keys) buffers.K.middleRows(pair * num_keys, num_keys) = K.block(b * num_keys, h * d, num_keys, d);
-      if (copy_values)
-        buffers.V.block(pair * num_keys, 0, num_keys, dv) = V.block(b * num_keys, h * dv, num_keys, dv);
-    });
+  parallel_for(pairs, largest_product, total_work, [&](Index pair, int) {
+    const Index b = pair / num_heads, h = pair % num_heads;
+    for (Index t = 0; t < panels; ++t) {
+      const Index k0 = t * blocks.key_rows, width = std::min(blocks.key_rows, num_keys - k0);
+      auto panel = buffers.KT.middleRows((pair * panels + t) * d, d);  // (d, panel_width)
+      panel.leftCols(width) = K.block(b * num_keys + k0, h * d, width, d).transpose();
+      panel.rightCols(panel_width - width).setZero();
+    }
+    if (copy_values)
+      buffers.V.block(pair * num_keys, 0, num_keys, dv) = V.block(b * num_keys, h * dv, num_keys, dv);
+  });
   parallel_for(items, largest_product, total_work, [&](Index item, int thread) {
     const Index qb = item % query_blocks, pair = item / query_blocks;
     const Index b = pair / num_heads, h = pair % num_heads;
     const Index q0 = qb * blocks.query_rows;
     using View = typename HeadKeys<Scalar>::View;
-    // The pair's first key and value: in the copies, or in K and V (data() arithmetic: with d or dv 0, data() is null
-    // and the offset 0).
-    const Scalar* keys_at = copy_keys ? buffers.K.data() + pair * num_keys * buffers.K.outerStride()
-                                      : K.data() + b * num_keys * K.outerStride() + h * d;
+    // The pair's K^T and first value: in the copies, or in V (data() arithmetic: with d or dv 0, data() is null and
+    // the offset 0).
     const Scalar* values_at = copy_values ? buffers.V.data() + pair * num_keys * buffers.V.outerStride()
                                           : V.data() + b * num_keys * V.outerStride() + h * dv;
-    const Index key_stride = copy_keys ? buffers.K.outerStride() : K.outerStride();
     const Index value_stride = copy_values ? buffers.V.outerStride() : V.outerStride();
-    const HeadKeys<Scalar> keys{View(keys_at, num_keys, d, Eigen::OuterStride<>(key_stride)),
+    const HeadKeys<Scalar> keys{buffers.KT.data() + pair * panels * d * panel_width, panel_width,
                                 View(values_at, num_keys, dv, Eigen::OuterStride<>(value_stride))};
     const Index br = std::min(blocks.query_rows, num_queries - q0);
     flash_attention_block<Scalar>(Q, keys, num_queries, num_keys, b, h, q0, br, mask, output, blocks,

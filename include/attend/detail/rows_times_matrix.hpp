@@ -1,12 +1,13 @@
 // attend/detail/rows_times_matrix.hpp — Y = X B (+ bias), or Y += X B, for a row-major B read a row at a time.
 //
-// Each row of Y is a sum of rows of B scaled by X's entries: packets along Y's columns, R = 4 rows of X at a time and
-// up to C = 4 packets of columns (8 rows by up to 2 packets for a narrow Y), all R * C accumulators in registers;
-// step k loads C packets of row k of B and R entries of X for R * C multiply-adds. No packing, no reduction across
-// lanes: for a B that stays in cache (a kept W^T of a projection, detail/transposed_weight.hpp; a block of values in
-// the tiled kernel, detail/flash_attention.hpp; a tiny head's values, detail/attend_rows.hpp) it runs faster than
-// Eigen's GEMM, which repacks both operands on every call. A B whose rows end at Y's last column (not padded to whole
-// packets) gets its last columns, fewer than a packet, summed by scalars.
+// Each row of Y is a sum of rows of B scaled by X's entries: packets along Y's columns, R rows of X at a time by up to
+// C = 4 packets of columns, all R * C accumulators in registers (row_accumulators below: 6 x 4, or 12 x 2 for a narrow
+// Y, with AVX-512's 32 vector registers; 4 x 4 or 8 x 2 with 16); step k loads C packets of row k of B and R entries of
+// X for R * C multiply-adds. No packing, no reduction across lanes: for a B that stays in cache (a kept W^T of a
+// projection, detail/transposed_weight.hpp; a panel of K^T and a block of values in the tiled kernel,
+// detail/flash_attention.hpp; a tiny head's values, detail/attend_rows.hpp) it runs faster than Eigen's GEMM, which
+// repacks both operands on every call. A B whose rows end at Y's last column (not padded to whole packets) gets its
+// last columns, fewer than a packet, summed by scalars.
 //
 // Every element of Y is one chain of multiply-adds over k in order, from 0 (or from Y's value when accumulating),
 // then plus its bias: the same bits whatever the number of rows in a call, so whatever the number of threads.
@@ -24,6 +25,12 @@ template <class Scalar>
 using RowPacket = typename Eigen::internal::packet_traits<Scalar>::type;
 template <class Scalar>
 constexpr Index row_packet_size = Eigen::internal::packet_traits<Scalar>::size;
+
+// How many accumulators a block of Y keeps in registers: all but 8 of the vector registers on a target with 32 (C
+// packets of B and a broadcast of X need the others), 16 on one with 16 (SSE, AVX2; there g++ folds loads of B into
+// the multiply-adds). Measured on this machine (Y = Q K^T of a tile of the tiled kernel, 128 x 256, depth 32 or 64):
+// 6 x 4 accumulators 136-147 GFLOP/s against 107-114 with 4 x 4, Eigen's GEMM 96-112.
+constexpr int row_accumulators = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 ? 24 : 16;
 
 // n rounded up to whole packets: the width of a B padded for rows_times_matrix(..., padded = true, ...).
 template <class Scalar>
@@ -99,14 +106,14 @@ void rows_times_columns(const Scalar* X, Index ldx, Index in, const Scalar* B, I
     }
 }
 
-// R rows of Y, every column: blocks of C = min(4, 16 / R) packets (at most 16 accumulators), then the rest; see
-// rows_times_matrix for `padded`.
+// R rows of Y, every column: blocks of C = min(4, row_accumulators / R) packets, then the rest; see rows_times_matrix
+// for `padded`.
 template <int R, bool Accumulate, class Scalar>
 void rows_times_matrix_rows(const Scalar* X, Index ldx, Index in, const Scalar* B, Index ldb, Index out, bool padded,
                             const Scalar* bias, Scalar* Y, Index ldy) {
   constexpr Index P = row_packet_size<Scalar>;
-  constexpr int C = R <= 4 ? 4 : 16 / R;
-  static_assert(C >= 1 && C <= 4, "1 to 16 rows a block");
+  constexpr int C = std::min(4, row_accumulators / R);
+  static_assert(C >= 1, "at most row_accumulators rows a block");
   const Index packets = padded ? (out + P - 1) / P : out / P;
   Index p = 0;
   for (; p + C <= packets; p += C)
@@ -131,16 +138,22 @@ void rows_times_matrix_rows(const Scalar* X, Index ldx, Index in, const Scalar* 
 // padded: B's rows may be read in whole packets, out rounded up to a multiple of row_packet_size<Scalar> (a padded
 // copy, or out a multiple of the packet); false: B's rows end at `out`, and the last out % packet columns of Y are
 // summed by scalars (fine for a short tail, such as a tiny head's 20 columns, 4 of them past the packet).
-// Rows go 4 at a time (C up to 4 packets of columns), or 8 at a time when out is at most 2 packets (a head of 32
-// floats): with 4 rows there, a step would make 2 loads of B and 4 broadcasts for only 8 multiply-adds.
+// Rows go row_accumulators / 4 at a time (6 with 32 registers, C up to 4 packets of columns), or row_accumulators / 2
+// when out is at most 2 packets (a head of 32 floats: with few rows there, a step would make 2 loads of B and as many
+// broadcasts as rows for only 2 multiply-adds a row); the rows left over 4 at a time, then one at a time.
 template <bool Accumulate, class Scalar>
 void rows_times_matrix(const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B, Index ldb, Index out,
                        bool padded, const Scalar* bias, Scalar* Y, Index ldy) {
   constexpr Index P = row_packet_size<Scalar>;
+  constexpr int wide = row_accumulators / 4, narrow = row_accumulators / 2;
   Index r = 0;
-  if (out <= 2 * P)
-    for (; r + 8 <= rows; r += 8)
-      rows_times_matrix_rows<8, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, padded, bias, Y + r * ldy, ldy);
+  if (out <= 2 * P) {
+    for (; r + narrow <= rows; r += narrow)
+      rows_times_matrix_rows<narrow, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, padded, bias, Y + r * ldy, ldy);
+  } else if constexpr (wide > 4) {
+    for (; r + wide <= rows; r += wide)
+      rows_times_matrix_rows<wide, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, padded, bias, Y + r * ldy, ldy);
+  }
   for (; r + 4 <= rows; r += 4)
     rows_times_matrix_rows<4, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, padded, bias, Y + r * ldy, ldy);
   for (; r < rows; ++r)
