@@ -139,8 +139,10 @@ void rows_times_matrix_rows(const Scalar* X, Index ldx, Index in, const Scalar* 
 // copy, or out a multiple of the packet); false: B's rows end at `out`, and the last out % packet columns of Y are
 // summed by scalars (fine for a short tail, such as a tiny head's 20 columns, 4 of them past the packet).
 // Rows go row_accumulators / 4 at a time (6 with 32 registers, C up to 4 packets of columns), or row_accumulators / 2
-// when out is at most 2 packets (a head of 32 floats: with few rows there, a step would make 2 loads of B and as many
-// broadcasts as rows for only 2 multiply-adds a row); the rows left over 4 at a time, then one at a time.
+// and then 8 when out is at most 2 packets (a head of 32 floats: with few rows there, a step would make 2 loads of B
+// and as many broadcasts as rows for only 2 multiply-adds a row); the rows left over 4 at a time, then one at a time.
+// A row alone makes C loads of B for C multiply-adds, so 8 rows go as 4 + 4, not 6 + 1 + 1 (the seed's projections
+// have 8 rows), and 9 as 4 + 4 + 1; 128 rows as 20 blocks of 6 and 2 of 4.
 template <bool Accumulate, class Scalar>
 void rows_times_matrix(const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B, Index ldb, Index out,
                        bool padded, const Scalar* bias, Scalar* Y, Index ldy) {
@@ -150,8 +152,14 @@ void rows_times_matrix(const Scalar* X, Index ldx, Index rows, Index in, const S
   if (out <= 2 * P) {
     for (; r + narrow <= rows; r += narrow)
       rows_times_matrix_rows<narrow, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, padded, bias, Y + r * ldy, ldy);
+    if constexpr (narrow > 8)
+      for (; r + 8 <= rows; r += 8)
+        rows_times_matrix_rows<8, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, padded, bias, Y + r * ldy, ldy);
   } else if constexpr (wide > 4) {
-    for (; r + wide <= rows; r += wide)
+    Index blocks = rows / wide;
+    const Index left = rows % wide;
+    if (blocks > 0 && (left + wide) % 4 < left % 4) --blocks;  // the last wide block as 4-row ones: fewer rows alone
+    for (; r < blocks * wide; r += wide)
       rows_times_matrix_rows<wide, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, padded, bias, Y + r * ldy, ldy);
   }
   for (; r + 4 <= rows; r += 4)
