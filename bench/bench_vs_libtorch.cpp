@@ -37,9 +37,10 @@
 // Conv1d: attend::Conv1d vs torch::nn::Conv1d (padding 'same', stride 1, bias); attend on (batch, steps, channels),
 //   torch on its native (batch, channels, steps), converted outside the timing; FLOPs 2 b s out in k.
 // The ceiling: sgemm C = A B, all (1024, 1024) float, by OpenBLAS (cblas_sgemm) and by Eigen (in the _blas program
-//   Eigen's product is OpenBLAS's sgemm too), at each thread count, at the start of it and again at its end (the
-//   second figure shows whether the machine's load changed meanwhile). "% sgemm" is GFLOP/s over the faster start
-//   figure at the same thread count.
+//   Eigen's product is OpenBLAS's sgemm too), at each thread count, at the start of it and again at its end, and as
+//   two more contenders in every shape's rounds. "% sgemm" is attend's GFLOP/s over the faster of the two sgemms timed
+//   in the same rounds as it: the machine is shared, and its speed drifts by a fifth within minutes, so a ceiling
+//   measured once per thread count is a different machine's by the time the last shape runs.
 //
 // Method. Each contender runs once and its output is compared with libtorch's (the program stops if they disagree);
 // that call and one more are the warm-up, the second also sets how many calls make one timing (enough for
@@ -351,7 +352,7 @@ struct Result {
   int threads;
   Problem problem;
   std::vector<Measurement> measurements;
-  double ceiling;  // GFLOP/s of sgemm at this thread count (0 before it is known)
+  double ceiling;  // GFLOP/s of sgemm at this thread count, in the same rounds as the shape's contenders
 
   double seconds(const std::string& name) const {
     for (const Measurement& m : measurements)
@@ -363,7 +364,7 @@ struct Result {
 
 // A part's table: a header, then one row per shape, printed as each is measured. Columns, for contenders c:
 // median microseconds of each c; GFLOP/s of each c; t/attend for every torch contender t (above 1: attend is faster);
-// attend's GFLOP/s as a share of the sgemm ceiling.
+// attend's GFLOP/s as a share of the sgemm ceiling timed in the same rounds.
 class Table {
  public:
   Table(std::string shape_header, std::vector<std::string> names) : shape_header_(std::move(shape_header)),
@@ -727,32 +728,35 @@ struct Sgemm {
     return c;
   }
 
+  static constexpr double flops = 2.0 * gemm_size * gemm_size * gemm_size;
+
+  // The ceiling from the sgemm contenders' measurements: the faster one's GFLOP/s.
+  static double ceiling(const std::vector<Measurement>& measurements) {
+    double best = 0;
+    for (const Measurement& m : measurements) best = std::max(best, flops / m.median / 1e9);
+    return best;
+  }
+
   // GFLOP/s of each, and the ceiling, printed on one line.
-  double measure(const Options& options, int threads, const char* when, std::vector<Result>& results) {
-    const Problem problem{"sgemm", "(1024,1024,1024)", std::string("sgemm_") + when, "", 1, gemm_size,
-                          2.0 * gemm_size * gemm_size * gemm_size};
+  void measure(const Options& options, int threads, const char* when, std::vector<Result>& results) {
+    const Problem problem{"sgemm", "(1024,1024,1024)", std::string("sgemm_") + when, "", 1, gemm_size, flops};
     const std::vector<Contender> list = contenders();
     for (const Contender& c : list) c.run();  // warm-up
-    Result r{threads, problem, alternate(list, options, threads), 0};
-    double ceiling = 0;
+    std::vector<Measurement> measured = alternate(list, options, threads);
+    const Result r{threads, problem, measured, ceiling(measured)};
     std::printf("  sgemm 1024^3, %d thread%s, %s:", threads, threads > 1 ? "s" : "", when);
-    for (const Measurement& m : r.measurements) {
-      ceiling = std::max(ceiling, r.gflops(m.name));
-      std::printf("  %s %.1f GFLOP/s", m.name.c_str(), r.gflops(m.name));
-    }
+    for (const Measurement& m : r.measurements) std::printf("  %s %.1f GFLOP/s", m.name.c_str(), r.gflops(m.name));
     std::printf("\n");
-    r.ceiling = ceiling;
     results.push_back(r);
-    return ceiling;
   }
 };
 
 // ---- one part at one thread count -----------------------------------------------------------------------------------
 
-// Builds each shape's case, checks agreement, times its contenders, prints its row.
+// Builds each shape's case, checks agreement, times its contenders and the sgemms in the same rounds, prints its row.
 template <class Case, class Shape, std::size_t N>
 void run_part(const Shape (&shapes)[N], const Table& table, const std::string& title, const Options& options,
-              int threads, double ceiling, std::vector<Result>& results,
+              int threads, Sgemm& sgemm, std::vector<Result>& results,
               const std::function<bool(const Shape&)>& wanted = nullptr) {
   std::vector<std::unique_ptr<Case>> cases;
   std::printf("\n");
@@ -765,7 +769,13 @@ void run_part(const Shape (&shapes)[N], const Table& table, const std::string& t
   table.header(title);
   for (auto& c : cases) {
     c10::InferenceMode inference_mode;
-    Result r{threads, c->problem(), alternate(c->contenders(), options, threads), ceiling};
+    std::vector<Contender> contenders = c->contenders();
+    const std::size_t own = contenders.size();
+    for (Contender& g : sgemm.contenders()) contenders.push_back({"sgemm_" + g.name, std::move(g.run)});
+    std::vector<Measurement> measured = alternate(contenders, options, threads);
+    const std::vector<Measurement> gemms(measured.begin() + static_cast<std::ptrdiff_t>(own), measured.end());
+    measured.resize(own);
+    Result r{threads, c->problem(), measured, Sgemm::ceiling(gemms)};
     table.row(r);
     results.push_back(r);
   }
@@ -792,18 +802,18 @@ int main(int argc, char** argv) try {
     std::printf("\n==== %d thread%s; times are medians of %d alternating rounds%s of >= %g s per contender\n", threads,
                 threads > 1 ? "s" : "", options.rounds, fewer.c_str(), options.min_time);
     print_threads();
-    const double ceiling = sgemm.measure(options, threads, "start", results);
+    sgemm.measure(options, threads, "start", results);
     const std::string at = attend::detail::message(", ", threads, " thread", threads > 1 ? "s" : "",
                                                    "; att = attend; t/att above 1: attend is faster");
     if (options.attention)
       run_part<Attention>(attention_shapes, attention_table, "multi-head self-attention" + at, options, threads,
-                          ceiling, results,
+                          sgemm, results,
                           std::function<bool(const AttentionShape&)>(
                               [&](const AttentionShape& s) { return s.n <= options.max_n; }));
-    if (options.rnn) run_part<Rnn>(rnn_shapes, rnn_table, "RNN (tanh, batch_first)" + at, options, threads, ceiling,
+    if (options.rnn) run_part<Rnn>(rnn_shapes, rnn_table, "RNN (tanh, batch_first)" + at, options, threads, sgemm,
                                    results);
     if (options.conv1d)
-      run_part<Conv>(conv_shapes, conv_table, "Conv1d (padding same)" + at, options, threads, ceiling, results);
+      run_part<Conv>(conv_shapes, conv_table, "Conv1d (padding same)" + at, options, threads, sgemm, results);
     std::printf("\n");
     sgemm.measure(options, threads, "end", results);
   }

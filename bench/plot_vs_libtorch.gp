@@ -85,7 +85,7 @@ do for [th = first_threads:last_threads] {
     set title sprintf("%d thread%s", th, th > 1 ? "s" : "")
     set yrange [0:1.15 * ceiling]
     # The legend: one entry per implementation (its solid line), then what the dashes and lone points mean.
-    command = sprintf("plot %g with lines ls 100 title 'sgemm 1024^3, same run: %.0f'", ceiling, ceiling)
+    command = sprintf("plot %g with lines ls 100 title 'sgemm 1024^3, run start: %.0f'", ceiling, ceiling)
     do for [k = 1:words(impls) + (blas ne "" ? 1 : 0)] {
       if (k <= words(impls)) {
         prefix = "plain"; impl = word(impls, k); colour = word(colours, k); name = word(names, k)
