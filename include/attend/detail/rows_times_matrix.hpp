@@ -28,7 +28,7 @@ constexpr Index row_packet_size = Eigen::internal::packet_traits<Scalar>::size;
 
 // How many accumulators a block of Y keeps in registers: all but 8 of the vector registers on a target with 32 (C
 // packets of B and a broadcast of X need the others), 16 on one with 16 (SSE, AVX2; there g++ folds loads of B into
-// the multiply-adds). Measured on this machine (Y = Q K^T of a tile of the tiled kernel, 128 x 256, depth 32 or 64):
+// the multiply-adds). Measured on this machine (Y = Q K^T of a tile of the tiled kernel, 96 x 192, depth 32 or 64):
 // 6 x 4 accumulators 136-147 GFLOP/s against 107-114 with 4 x 4, Eigen's GEMM 96-112.
 constexpr int row_accumulators = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 ? 24 : 16;
 
