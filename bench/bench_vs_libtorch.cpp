@@ -92,6 +92,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -743,11 +744,12 @@ struct Sgemm {
     const std::vector<Contender> list = contenders();
     for (const Contender& c : list) c.run();  // warm-up
     std::vector<Measurement> measured = alternate(list, options, threads);
-    const Result r{threads, problem, measured, ceiling(measured)};
+    const double best = ceiling(measured);
+    Result r{threads, problem, std::move(measured), best};
     std::printf("  sgemm 1024^3, %d thread%s, %s:", threads, threads > 1 ? "s" : "", when);
     for (const Measurement& m : r.measurements) std::printf("  %s %.1f GFLOP/s", m.name.c_str(), r.gflops(m.name));
     std::printf("\n");
-    results.push_back(r);
+    results.push_back(std::move(r));
   }
 };
 
@@ -775,9 +777,9 @@ void run_part(const Shape (&shapes)[N], const Table& table, const std::string& t
     std::vector<Measurement> measured = alternate(contenders, options, threads);
     const std::vector<Measurement> gemms(measured.begin() + static_cast<std::ptrdiff_t>(own), measured.end());
     measured.resize(own);
-    Result r{threads, c->problem(), measured, Sgemm::ceiling(gemms)};
+    Result r{threads, c->problem(), std::move(measured), Sgemm::ceiling(gemms)};
     table.row(r);
-    results.push_back(r);
+    results.push_back(std::move(r));
   }
 }
 

@@ -1,14 +1,18 @@
 // The kept transposed weight (detail/transposed_weight.hpp): Y = X W^T + b from W^T kept between calls, against the
 // definition; the same bits whatever the number of rows per call; never stale when W changes between calls, through
-// MultiHeadAttention's workspace too. And the kernel under it (detail/rows_times_matrix.hpp) in its accumulating mode.
+// MultiHeadAttention's workspace too. And the kernel under it (detail/rows_times_matrix.hpp) in its accumulating mode
+// and over no inner dimension, and the blocked transpose of the tiled kernel's K^T copy (detail/transpose.hpp).
 #include <attend/detail/project_rows.hpp>
 #include <attend/detail/rows_times_matrix.hpp>
+#include <attend/detail/transpose.hpp>
 #include <attend/detail/transposed_weight.hpp>
 #include <attend/multi_head_attention.hpp>
 #include <attend/random.hpp>
 #include <catch2/catch.hpp>
 #include <support/matchers.hpp>
 #include <support/random_tensor.hpp>
+
+#include <algorithm>
 
 using attend::Index;
 using attend::Matrix;
@@ -185,4 +189,40 @@ TEMPLATE_TEST_CASE("rows_times_matrix gives X B + bias, or adds X B to Y, with B
       expected(r, o) = sum;
     }
   REQUIRE_THAT(Y, attend_test::Near(expected, attend_test::tolerance<TestType>()));
+}
+
+TEMPLATE_TEST_CASE("rows_times_matrix over no inner dimension gives the bias, or leaves Y, and reads no operand",
+                   "[transposed_weight]", float, double) {
+  // in = 0 (a head of width 0 in the tiled kernel): X and B have no entries, and their pointers may be null.
+  const Index rows = GENERATE(1, 7, 13);
+  const Index out = GENERATE(3, 33, 64);
+  CAPTURE(rows, out);
+  const Matrix<TestType> Y0 = random_matrix<TestType>(rows, out, 19);             // (rows, out)
+  const Vector<TestType> bias = random_matrix<TestType>(1, out, 20).transpose();  // (out)
+  for (const bool padded : {true, false}) {
+    Matrix<TestType> Y = Y0;  // (rows, out)
+    attend::detail::rows_times_matrix<true, TestType>(nullptr, 0, rows, 0, nullptr, out, out, padded, nullptr,
+                                                       Y.data(), out);
+    REQUIRE(Y == Y0);  // + an empty sum: unchanged
+    attend::detail::rows_times_matrix<false, TestType>(nullptr, 0, rows, 0, nullptr, out, out, padded, bias.data(),
+                                                        Y.data(), out);
+    REQUIRE(Y == bias.transpose().replicate(rows, 1));  // an empty sum plus the bias
+    attend::detail::rows_times_matrix<false, TestType>(nullptr, 0, rows, 0, nullptr, out, out, padded, nullptr,
+                                                        Y.data(), out);
+    REQUIRE(Y == Matrix<TestType>::Zero(rows, out));  // an empty sum
+  }
+}
+
+TEMPLATE_TEST_CASE("transpose_into copies A^T into B, and nothing else", "[transposed_weight]", float, double) {
+  // rows and cols around the packet blocks (4, 8 and 16 lanes, the blocks P x P) and their edges.
+  const Index rows = GENERATE(0, 1, 3, 4, 8, 15, 16, 17, 33, 40);
+  const Index cols = GENERATE(0, 1, 2, 7, 16, 21, 32);
+  CAPTURE(rows, cols);
+  const Index lda = cols + 3, ldb = rows + 5;  // strides past the used columns: those must not be written
+  const Matrix<TestType> A = random_matrix<TestType>(std::max(rows, Index(1)), lda, 21);  // (rows, lda)
+  Matrix<TestType> B = Matrix<TestType>::Constant(std::max(cols, Index(1)), ldb, TestType(7));  // (cols, ldb)
+  attend::detail::transpose_into<TestType>(A.data(), lda, rows, cols, B.data(), ldb);
+  REQUIRE(B.topLeftCorner(cols, rows) == A.topLeftCorner(rows, cols).transpose());  // exact: a copy
+  REQUIRE((B.rightCols(ldb - rows).array() == TestType(7)).all());
+  if (cols == 0) REQUIRE((B.array() == TestType(7)).all());
 }

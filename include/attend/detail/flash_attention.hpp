@@ -7,8 +7,8 @@
 //   V: (batch * num_keys, num_heads * dv)     output: (batch * num_queries, num_heads * dv)
 // head h of batch row b is read and written through strided column blocks (columns h*d .. h*d + d - 1, rows
 // b*steps ..); the mask of batch row b applies to all its heads. K is first copied head by head, transposed, a panel
-// per key block, and V head by head when there are several heads (FlashBuffers below): a head's rows inside K and V
-// lie num_heads * d elements apart.
+// per key block, and V head by head when there are several heads and query blocks (FlashBuffers below): a head's
+// rows inside K and V lie num_heads * d elements apart.
 //
 // One work item is (batch row b, head h, a block of Br query rows); for it:
 //   Qs = Q_blk / sqrt(d)                                      (br, d)    the scale, folded in once
@@ -22,7 +22,8 @@
 //     O += P V_blk                                            (br, dv)   detail/rows_times_matrix.hpp
 //   output row i = O_i / l_i, or, for a row that sees no key, the mask's FullyMasked rule.
 // Extra memory: the per-thread workspace below, O(Br (d + dv + Bc)), whatever the sequence length, and the head-major
-// copies of K (transposed) and, with several heads or a dv not a multiple of the packet, of V: the size of K and V.
+// copies of K (transposed) and, with several heads and query blocks or a dv not a multiple of the packet, of V: the
+// size of K and V.
 // The direct path holds (batch * num_heads, num_queries, num_keys) weights.
 //
 // Masking, as d2l's -1e6 replacement where it matters (see mask.hpp): in a row that sees at least one key, a masked
@@ -63,6 +64,7 @@
 #pragma once
 
 #include <attend/detail/rows_times_matrix.hpp>
+#include <attend/detail/transpose.hpp>
 #include <attend/mask.hpp>
 #include <attend/masked_softmax.hpp>
 #include <attend/tensor.hpp>
@@ -125,7 +127,9 @@ struct FlashWorkspace {
 // head of 4096 keys (d = dv = 32, 1 MiB of keys and values) then no longer stays in L2 from one query block to the
 // next. The copies put each (batch row, head) pair's rows next to one another, V's rows padded with zeros to whole
 // packets for the row kernel. Measured (MultiHeadAttention, float, 1 thread, 8 heads of 32): 17-20 % less time at n =
-// 4096, 28 % at n = 8192; none lost at (8, 128, 256, 8).
+// 4096, 28 % at n = 8192. V is copied only when a pair has more than one query block: with one, each value row is read
+// once, and the copy would only read it once more (the kernel alone at (8, 128, 256, 8): 3 % less time without it).
+// K^T is copied P x P blocks at a time (detail/transpose.hpp: 10 % off the kernel alone at (8, 128, 256, 8)).
 template <class Scalar>
 struct FlashBuffers {
   std::vector<FlashWorkspace<Scalar>> threads;  // one per thread
@@ -139,8 +143,9 @@ struct FlashBuffers {
 template <class Scalar>
 struct HeadKeys {
   using View = Eigen::Map<const Matrix<Scalar>, 0, Eigen::OuterStride<>>;
-  const Scalar* KT;   // (panels, d, panel_width): key block t's K^T at KT + t * d * panel_width, rows panel_width apart
+  const Scalar* KT;   // (panels, d, panel_width): key block t's K^T at KT + t * panel_size, rows panel_width apart
   Index panel_width;  // Bc rounded up to whole packets
+  Index panel_size;   // d * panel_width
   View V;             // (num_keys, dv), rows readable in whole packets
 };
 
@@ -189,14 +194,10 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Head
   // Key blocks are the K^T copy's panels: the first one is the panel that holds the block's first visible key.
   for (Index k0 = block_first / blocks.key_rows * blocks.key_rows; k0 < block_last; k0 += blocks.key_rows) {
     const Index bc = std::min(blocks.key_rows, block_last - k0);
-    auto S = ws.S.topLeftCorner(br, bc);  // (br, bc)
-    if (d > 0) {  // (with d = 0, KT's data() is null: no offset of it may be taken)
-      const Scalar* panel = keys.KT + k0 / blocks.key_rows * d * keys.panel_width;  // (d, panel_width)
-      rows_times_matrix<false, Scalar>(Qs.data(), Qs.outerStride(), br, d, panel, keys.panel_width, bc, true, nullptr,
-                                       S.data(), S.outerStride());
-    } else {
-      S.setZero();
-    }
+    auto S = ws.S.topLeftCorner(br, bc);                                      // (br, bc)
+    const Scalar* panel = keys.KT + k0 / blocks.key_rows * keys.panel_size;  // (d, panel_width); d = 0: null + 0
+    rows_times_matrix<false, Scalar>(Qs.data(), Qs.outerStride(), br, d, panel, keys.panel_width, bc, true, nullptr,
+                                     S.data(), S.outerStride());
     for (Index i = 0; i < br; ++i) {
       const auto r = static_cast<std::size_t>(i);
       // This row's visible keys in the block: columns [lo, hi), less the keep row's holes.
@@ -298,13 +299,13 @@ void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
     output.setZero();
     return;
   }
-  // Head-major copies (see FlashBuffers): K^T always; V's whenever the row kernel could not read its rows in whole
-  // packets in place.
-  const bool copy_values = num_heads > 1 || dv % row_packet_size<Scalar> != 0;
+  // Head-major copies (see FlashBuffers): K^T always; V's when a head's value rows are read again by the pair's
+  // later query blocks, or whenever the row kernel could not read them in whole packets in place.
+  const bool copy_values = (num_heads > 1 && query_blocks > 1) || dv % row_packet_size<Scalar> != 0;
   // Sized before the parallel region, so that running out of memory throws instead of ending the program there.
   const Index panels = (num_keys + blocks.key_rows - 1) / blocks.key_rows;
-  const Index panel_width = padded_to_packets<Scalar>(blocks.key_rows);
-  buffers.KT.resize(pairs * panels * d, panel_width);
+  const Index panel_width = padded_to_packets<Scalar>(blocks.key_rows), panel_size = d * panel_width;
+  buffers.KT.resize(pairs * panels * d, panel_width);  // panel t of pair p: panel_size elements from (p panels + t)
   const Index padded_dv = padded_to_packets<Scalar>(dv);
   if (copy_values) {
     buffers.V.resize(pairs * num_keys, padded_dv);
@@ -320,11 +321,12 @@ void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
   const double total_work = all_pairs * static_cast<double>(d + dv);
   parallel_for(pairs, largest_product, total_work, [&](Index pair, int) {
     const Index b = pair / num_heads, h = pair % num_heads;
-    for (Index t = 0; t < panels; ++t) {
+    for (Index t = 0; d > 0 && t < panels; ++t) {
       const Index k0 = t * blocks.key_rows, width = std::min(blocks.key_rows, num_keys - k0);
-      auto panel = buffers.KT.middleRows((pair * panels + t) * d, d);  // (d, panel_width)
-      panel.leftCols(width) = K.block(b * num_keys + k0, h * d, width, d).transpose();
-      panel.rightCols(panel_width - width).setZero();
+      Scalar* panel = buffers.KT.data() + (pair * panels + t) * panel_size;  // (d, panel_width)
+      const Scalar* keys = K.data() + (b * num_keys + k0) * K.outerStride() + h * d;  // (width, d)
+      transpose_into(keys, K.outerStride(), width, d, panel, panel_width);
+      for (Index c = 0; c < d; ++c) std::fill(panel + c * panel_width + width, panel + (c + 1) * panel_width, Scalar(0));
     }
     if (copy_values)
       buffers.V.block(pair * num_keys, 0, num_keys, dv) = V.block(b * num_keys, h * dv, num_keys, dv);
@@ -339,7 +341,7 @@ void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
     const Scalar* values_at = copy_values ? buffers.V.data() + pair * num_keys * buffers.V.outerStride()
                                           : V.data() + b * num_keys * V.outerStride() + h * dv;
     const Index value_stride = copy_values ? buffers.V.outerStride() : V.outerStride();
-    const HeadKeys<Scalar> keys{buffers.KT.data() + pair * panels * d * panel_width, panel_width,
+    const HeadKeys<Scalar> keys{buffers.KT.data() + pair * panels * panel_size, panel_width, panel_size,
                                 View(values_at, num_keys, dv, Eigen::OuterStride<>(value_stride))};
     const Index br = std::min(blocks.query_rows, num_queries - q0);
     flash_attention_block<Scalar>(Q, keys, num_queries, num_keys, b, h, q0, br, mask, output, blocks,

@@ -80,8 +80,9 @@ void rows_times_matrix_block(const Scalar* X, Index ldx, Index in, const Scalar*
                              const Scalar* bias, Scalar* Y, Index ldy) {
   constexpr Index width = C * row_packet_size<Scalar>;
   const Scalar* bias_o0 = bias != nullptr ? bias + o0 : nullptr;
+  const Scalar* B_o0 = in > 0 ? B + o0 : B;  // B is never read when in = 0, and may then be null
   if (o0 + width <= out) {
-    rows_times_packets<R, C, Accumulate>(X, ldx, in, B + o0, ldb, bias_o0, Y + o0, ldy);
+    rows_times_packets<R, C, Accumulate>(X, ldx, in, B_o0, ldb, bias_o0, Y + o0, ldy);
     return;
   }
   const Index present = out - o0;  // 1 .. width - 1 columns
@@ -90,7 +91,7 @@ void rows_times_matrix_block(const Scalar* X, Index ldx, Index in, const Scalar*
   if constexpr (Accumulate)
     for (int r = 0; r < R; ++r) std::copy(Y + r * ldy + o0, Y + r * ldy + out, tile + r * width);
   if (bias_o0 != nullptr) std::copy(bias_o0, bias_o0 + present, bias_tile);
-  rows_times_packets<R, C, Accumulate>(X, ldx, in, B + o0, ldb, bias_o0 != nullptr ? bias_tile : nullptr, tile, width);
+  rows_times_packets<R, C, Accumulate>(X, ldx, in, B_o0, ldb, bias_o0 != nullptr ? bias_tile : nullptr, tile, width);
   for (int r = 0; r < R; ++r) std::copy(tile + r * width, tile + r * width + present, Y + r * ldy + o0);
 }
 
@@ -134,7 +135,8 @@ void rows_times_matrix_rows(const Scalar* X, Index ldx, Index in, const Scalar* 
 }
 
 // Y (rows, out) = X (rows, in) B (in, out) + bias, or Y += X B + bias when Accumulate. X rows ldx apart, B rows ldb
-// apart, Y rows ldy apart; bias (out) or null.
+// apart, Y rows ldy apart; bias (out) or null. With in = 0, Y = bias (0 without one), or Y unchanged when
+// accumulating: X and B are then never read, and either may be null.
 // padded: B's rows may be read in whole packets, out rounded up to a multiple of row_packet_size<Scalar> (a padded
 // copy, or out a multiple of the packet); false: B's rows end at `out`, and the last out % packet columns of Y are
 // summed by scalars (fine for a short tail, such as a tiny head's 20 columns, 4 of them past the packet).
