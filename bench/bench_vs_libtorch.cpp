@@ -3,7 +3,7 @@
 //
 //   ./build/bench/bench_vs_libtorch                                    the whole sweep at 1 and 2 threads
 //   ./build/bench/bench_vs_libtorch --threads=1 --max-n=512 --rounds=3 --min-time=0.05    a short run
-//   env -u OPENBLAS_CORETYPE ./build/bench/bench_vs_libtorch --csv=vs_libtorch.csv        the reference run
+//   env -u OPENBLAS_CORETYPE ./build/bench/bench_vs_libtorch --rounds=9 --csv=vs_libtorch.csv   the reference run
 //   ./build/bench/bench_vs_libtorch_blas ...    the same program with EIGEN_USE_BLAS: attend's products on OpenBLAS
 //
 // Options (all optional):
