@@ -326,7 +326,8 @@ void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
       Scalar* panel = buffers.KT.data() + (pair * panels + t) * panel_size;  // (d, panel_width)
       const Scalar* keys = K.data() + (b * num_keys + k0) * K.outerStride() + h * d;  // (width, d)
       transpose_into(keys, K.outerStride(), width, d, panel, panel_width);
-      for (Index c = 0; c < d; ++c) std::fill(panel + c * panel_width + width, panel + (c + 1) * panel_width, Scalar(0));
+      for (Index c = 0; c < d; ++c)  // the padding of a last, narrower panel
+        std::fill(panel + c * panel_width + width, panel + (c + 1) * panel_width, Scalar(0));
     }
     if (copy_values)
       buffers.V.block(pair * num_keys, 0, num_keys, dv) = V.block(b * num_keys, h * dv, num_keys, dv);
