@@ -12,6 +12,7 @@
 #pragma once
 
 #include <attend/detail/rows_times_matrix.hpp>
+#include <attend/detail/transpose.hpp>
 #include <attend/tensor.hpp>
 
 #include <cstring>
@@ -32,7 +33,7 @@ class TransposedWeight {
     source_ = Eigen::Map<const Matrix<Scalar>>(W, out, in);
     const Index padded = padded_to_packets<Scalar>(out);
     transposed_.setZero(in, padded);
-    transposed_.leftCols(out) = source_.transpose();
+    transpose_into(source_.data(), in, out, in, transposed_.data(), padded);  // columns [0, out); the rest stay 0
   }
 
   // W^T, (in, out rounded up to whole packets), zero past column out - 1.
