@@ -1,8 +1,11 @@
 // masked_softmax against d2l's PyTorch code (fixtures), the book's examples, and the seed's -1e6 rule.
+#include <algorithm>
 #include <attend/masked_softmax.hpp>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <support/fixture.hpp>
 #include <support/lens.hpp>
@@ -99,8 +102,8 @@ TEMPLATE_TEST_CASE("masked_softmax rejects lengths of the wrong shape", "[masked
                                                   "queries), got (2, 2)"));
 }
 
-TEMPLATE_TEST_CASE("exp_nonpositive gives Eigen's vectorised exp bit for bit on [exp_underflow, 0]", "[masked_softmax]",
-                   float, double) {
+TEMPLATE_TEST_CASE("flushed_exp_packet gives Eigen's vectorised exp bit for bit on [exp_underflow, 0]",
+                   "[masked_softmax]", float, double) {
   // The softmax's exp (a shortened Eigen pexp on AVX-512 floats, Eigen's pexp elsewhere) against Eigen's pexp itself,
   // the reference, on evenly spaced bit patterns from -0 down to exp_underflow: every 64th float (17.5 million),
   // 4 million doubles; then both ends and a tiny value.
@@ -125,7 +128,7 @@ TEMPLATE_TEST_CASE("exp_nonpositive gives Eigen's vectorised exp bit for bit on 
   const auto compare = [&](const TestType* lanes) {
     TestType ours[size], eigen[size];
     const Packet x = ei::ploadu<Packet>(lanes);
-    ei::pstoreu(ours, attend::detail::exp_nonpositive(x));
+    ei::pstoreu(ours, attend::detail::flushed_exp_packet(x));
     ei::pstoreu(eigen, ei::pexp(x));
     mismatches += std::memcmp(ours, eigen, sizeof ours) != 0;
     compared += size;
@@ -144,4 +147,49 @@ TEMPLATE_TEST_CASE("exp_nonpositive gives Eigen's vectorised exp bit for bit on 
   compare(lanes);
   CAPTURE(compared);
   REQUIRE(mismatches == 0);
+}
+
+TEMPLATE_TEST_CASE("row_max is the largest entry over lengths around whole and double packets", "[masked_softmax]",
+                   float, double) {
+  // Against std::max_element (the definition), the largest entry placed at every position in turn, the others
+  // random; lengths 1 .. 3 packets + 3 cover the two-chain loop, the single packet after it and the partial tail.
+  constexpr Index size = Eigen::internal::packet_traits<TestType>::size;
+  for (Index n = 1; n <= 3 * size + 3; ++n) {
+    for (Index at = 0; at < n; ++at) {
+      attend::Vector<TestType> row = attend::Vector<TestType>::Random(n).array() - TestType(5);  // in [-6, -4]
+      row(at) = TestType(-3.5) - TestType(0.01) * at;
+      CAPTURE(n, at);
+      REQUIRE(attend::detail::row_max(row.data(), n) == *std::max_element(row.data(), row.data() + n));
+    }
+  }
+  const TestType minus_inf = -std::numeric_limits<TestType>::infinity();
+  const TestType all_minus_inf[3] = {minus_inf, minus_inf, minus_inf};
+  REQUIRE(attend::detail::row_max(all_minus_inf, 3) == minus_inf);
+}
+
+TEMPLATE_TEST_CASE("flushed_exp_packet is 0 below exp_underflow and NaN for NaN, lane by lane", "[masked_softmax]",
+                   float, double) {
+  // The flush rule of flushed_exp (exp_underflow's comment), in a packet that mixes flushed, kept and NaN lanes.
+  namespace ei = Eigen::internal;
+  using Packet = typename ei::packet_traits<TestType>::type;
+  constexpr Index size = ei::packet_traits<TestType>::size;
+  const TestType lowest = attend::detail::exp_underflow<TestType>();
+  const TestType below[] = {std::nextafter(lowest, TestType(-1000)), lowest - 1, TestType(-1e6),
+                            -std::numeric_limits<TestType>::infinity()};
+  const TestType nan = std::numeric_limits<TestType>::quiet_NaN();
+  TestType lanes[size], out[size];
+  for (Index j = 0; j < size; ++j) lanes[j] = j % 3 == 0 ? below[(j / 3) % 4] : j % 3 == 1 ? nan : TestType(-1) * j;
+  ei::pstoreu(out, attend::detail::flushed_exp_packet(ei::ploadu<Packet>(lanes)));
+  for (Index j = 0; j < size; ++j) {
+    CAPTURE(j, lanes[j], out[j]);
+    if (j % 3 == 0) {
+      REQUIRE(out[j] == TestType(0));
+      REQUIRE(!std::signbit(out[j]));
+    } else if (j % 3 == 1) {
+      REQUIRE(std::isnan(out[j]));
+    } else {
+      REQUIRE_THAT(out[j], Catch::Matchers::WithinRel(std::exp(lanes[j]),
+                                                      TestType(4) * std::numeric_limits<TestType>::epsilon()));
+    }
+  }
 }

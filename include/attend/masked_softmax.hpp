@@ -11,6 +11,7 @@
 #include <attend/mask.hpp>
 #include <attend/tensor.hpp>
 #include <attend/valid_lens.hpp>
+#include <limits>
 #include <type_traits>
 
 namespace attend {
@@ -36,18 +37,21 @@ Scalar flushed_exp(Scalar x) {
   return x < exp_underflow<Scalar>() ? Scalar(0) : std::exp(x);
 }
 
-// exp(x) for a packet of x <= 0 whose lanes below exp_underflow the caller replaces by 0. Elsewhere Eigen's pexp. For
-// AVX-512 floats, Eigen's own AVX-512 pexp less the steps that change nothing on that range — the clamp of x to
-// [-88.38, 88.38] and the final max with x — and with 2^m applied by one vscalefps instead of built from exponent
-// bits and multiplied (exact either way: 2^m is a normal number for m >= -126): the same bits for every lane kept,
-// in 15 instructions instead of 21 (tests/test_masked_softmax.cpp compares the two over the whole range). The
-// polynomial is Cephes' expf (S. Moshier), as in Eigen.
+// exp(x) for a packet of x <= 0, flushed to 0 in the lanes where x < exp_underflow (a NaN stays NaN): the packet
+// form of flushed_exp. Elsewhere Eigen's pexp, then a select. For AVX-512 floats, Eigen's own AVX-512 pexp less the
+// steps that change nothing on that range — the clamp of x to [-88.38, 88.38] and the final max with x — with 2^m
+// applied by one vscalefps instead of built from exponent bits and multiplied (exact either way: 2^m is a normal
+// number for m >= -126): the same bits as Eigen's pexp for every lane kept, in 15 instructions instead of 21
+// (tests/test_masked_softmax.cpp compares the two over the whole range); and the flush done by that vscalefps's zero
+// mask, one compare into a mask register, where g++ made three instructions of the select. The polynomial is
+// Cephes' expf (S. Moshier), as in Eigen.
 template <class Packet>
-Packet exp_nonpositive(const Packet& x) {
+Packet flushed_exp_packet(const Packet& x) {
   namespace ei = Eigen::internal;
+  using Scalar = typename ei::unpacket_traits<Packet>::type;
 #ifdef EIGEN_VECTORIZE_AVX512
-  if constexpr (std::is_same<typename ei::unpacket_traits<Packet>::type, float>::value &&
-                ei::unpacket_traits<Packet>::size == 16) {  // Packet16f
+  if constexpr (std::is_same<Scalar, float>::value && ei::unpacket_traits<Packet>::size == 16) {  // Packet16f
+    const __mmask16 kept = _mm512_cmp_ps_mask(x, ei::pset1<Packet>(exp_underflow<float>()), _CMP_NLT_UQ);
     // x = m ln 2 + r, m = floor(x log2(e) + 1/2), |r| <= ln(2) / 2; exp(x) = 2^m exp(r)
     const Packet m = ei::pfloor(ei::pmadd(x, ei::pset1<Packet>(1.44269504088896341f), ei::pset1<Packet>(0.5f)));
     const Packet r = _mm512_fmadd_ps(m, ei::pset1<Packet>(-0.6931471805599453f), x);
@@ -60,13 +64,40 @@ Packet exp_nonpositive(const Packet& x) {
     y1 = ei::pmadd(y1, r, ei::pset1<Packet>(5.0000001201E-1f));
     y = ei::pmadd(y, r3, y1);
     y = ei::pmadd(y, r2, y2);
-    return _mm512_scalef_ps(y, m);
-  } else {
-    return ei::pexp(x);
+    return _mm512_maskz_scalef_ps(kept, y, m);
   }
-#else
-  return ei::pexp(x);
 #endif
+  const Packet underflow = ei::pset1<Packet>(exp_underflow<Scalar>());
+  return ei::pselect(ei::pcmp_lt(x, underflow), ei::pset1<Packet>(Scalar(0)), ei::pexp(x));
+}
+
+// max_j row[j] over n >= 1 entries, contiguous: two chains of packets, then the last n % size entries through one
+// packet whose other lanes hold -inf. Exact, so the same value as Eigen's maxCoeff; but that ran the last steps of
+// a row segment as a scalar chain through the stack (a fifth of the tiled kernel's own time at heads of 32). A NaN
+// entry is skipped, as by Eigen's pmax; it makes its own exp NaN, and so the row's sum and output.
+template <class Scalar>
+Scalar row_max(const Scalar* row, Index n) {
+  namespace ei = Eigen::internal;
+  using Packet = typename ei::packet_traits<Scalar>::type;
+  constexpr Index size = ei::packet_traits<Scalar>::size;
+  constexpr Scalar lowest = -std::numeric_limits<Scalar>::infinity();
+  Packet max0 = ei::pset1<Packet>(lowest), max1 = max0;
+  Index j = 0;
+  for (; j + 2 * size <= n; j += 2 * size) {
+    max0 = ei::pmax(max0, ei::ploadu<Packet>(row + j));
+    max1 = ei::pmax(max1, ei::ploadu<Packet>(row + j + size));
+  }
+  if (j + size <= n) {
+    max0 = ei::pmax(max0, ei::ploadu<Packet>(row + j));
+    j += size;
+  }
+  if (j < n) {
+    Scalar lanes[size];
+    std::fill(lanes, lanes + size, lowest);
+    std::copy(row + j, row + n, lanes);
+    max1 = ei::pmax(max1, ei::ploadu<Packet>(lanes));
+  }
+  return ei::predux_max(ei::pmax(max0, max1));
 }
 
 // row[j] = exp(row[j] - m), flushed to 0 where row[j] - m < exp_underflow; returns the sum of the new row[j].
@@ -78,13 +109,11 @@ Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
   namespace ei = Eigen::internal;
   using Packet = typename ei::packet_traits<Scalar>::type;
   constexpr Index size = ei::packet_traits<Scalar>::size;
-  const Packet shift = ei::pset1<Packet>(m), underflow = ei::pset1<Packet>(exp_underflow<Scalar>());
-  const Packet zero = ei::pset1<Packet>(Scalar(0));
-  Packet sum = zero;
+  const Packet shift = ei::pset1<Packet>(m);
+  Packet sum = ei::pset1<Packet>(Scalar(0));
   Index j = 0;
   for (; j + size <= n; j += size) {
-    const Packet x = ei::psub(ei::ploadu<Packet>(row + j), shift);
-    const Packet e = ei::pselect(ei::pcmp_lt(x, underflow), zero, exp_nonpositive(x));
+    const Packet e = flushed_exp_packet(ei::psub(ei::ploadu<Packet>(row + j), shift));
     ei::pstoreu(row + j, e);
     sum = ei::padd(sum, e);
   }
@@ -92,8 +121,7 @@ Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
   if (j < n) {  // the last n - j < size entries, through one packet of which the lanes past n are ignored
     Scalar lanes[size] = {};
     std::copy(row + j, row + n, lanes);
-    const Packet x = ei::psub(ei::ploadu<Packet>(lanes), shift);
-    ei::pstoreu(lanes, ei::pselect(ei::pcmp_lt(x, underflow), zero, exp_nonpositive(x)));
+    ei::pstoreu(lanes, flushed_exp_packet(ei::psub(ei::ploadu<Packet>(lanes), shift)));
     for (Index t = 0; j + t < n; ++t) {
       row[j + t] = lanes[t];
       total += lanes[t];
@@ -128,8 +156,7 @@ void masked_softmax_row(Scalar* row, Index num_keys, Index prefix, const bool* k
     r.setZero();
     return;
   }
-  const Scalar m = r.maxCoeff();
-  r *= Scalar(1) / exp_shifted(row, num_keys, m);
+  r *= Scalar(1) / exp_shifted(row, num_keys, row_max(row, num_keys));
 }
 
 // Every row of a (queries, keys) block of scores, in place; the block belongs to batch row b of the mask.

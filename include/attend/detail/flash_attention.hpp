@@ -221,8 +221,7 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Head
           continue;
         }
       }
-      auto seen = row.segment(lo, hi - lo);  // (hi - lo)
-      const Scalar block_max = seen.maxCoeff();
+      const Scalar block_max = row_max(&S.coeffRef(i, lo), hi - lo);
       if (block_max == -std::numeric_limits<Scalar>::infinity()) {  // every visible score -inf (an overflow): each
         row.setZero();  // weight is 0 beside any finite score, so the block adds nothing (and -inf - -inf is no max)
         continue;
