@@ -193,3 +193,27 @@ TEMPLATE_TEST_CASE("flushed_exp_packet is 0 below exp_underflow and NaN for NaN,
     }
   }
 }
+
+TEMPLATE_TEST_CASE("exp_shifted writes exp(x - m) over lengths around whole packets, and nothing past them",
+                   "[masked_softmax]", float, double) {
+  // Against std::exp (the definition) within a few ulp, every length from 1 to 3 packets + 3: the packet loop and
+  // the partial last packet (a masked load and store for float with AVX or AVX-512, a copy otherwise). The entry
+  // after the row is a sentinel that must survive, and the returned sum is the sum of the entries written.
+  constexpr Index size = Eigen::internal::packet_traits<TestType>::size;
+  const TestType eps = std::numeric_limits<TestType>::epsilon();
+  for (Index n = 1; n <= 3 * size + 3; ++n) {
+    attend::Vector<TestType> row = TestType(4) * attend::Vector<TestType>::Random(n + 1);  // in [-4, 4]
+    row(n) = TestType(123);                                                                  // the sentinel
+    const attend::Vector<TestType> before = row;
+    const TestType m = TestType(4);
+    const TestType sum = attend::detail::exp_shifted(row.data(), n, m);
+    CAPTURE(n);
+    TestType expected_sum = 0;
+    for (Index j = 0; j < n; ++j) {
+      REQUIRE_THAT(row(j), Catch::Matchers::WithinRel(std::exp(before(j) - m), TestType(4) * eps));
+      expected_sum += row(j);
+    }
+    REQUIRE_THAT(sum, Catch::Matchers::WithinRel(expected_sum, TestType(4) * n * eps));
+    REQUIRE(row(n) == TestType(123));
+  }
+}

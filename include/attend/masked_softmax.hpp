@@ -11,6 +11,7 @@
 #include <attend/mask.hpp>
 #include <attend/tensor.hpp>
 #include <attend/valid_lens.hpp>
+#include <cstdint>
 #include <limits>
 #include <type_traits>
 
@@ -71,33 +72,31 @@ Packet flushed_exp_packet(const Packet& x) {
   return ei::pselect(ei::pcmp_lt(x, underflow), ei::pset1<Packet>(Scalar(0)), ei::pexp(x));
 }
 
-// max_j row[j] over n >= 1 entries, contiguous: two chains of packets, then the last n % size entries through one
-// packet whose other lanes hold -inf. Exact, so the same value as Eigen's maxCoeff; but that ran the last steps of
-// a row segment as a scalar chain through the stack (a fifth of the tiled kernel's own time at heads of 32). A NaN
-// entry is skipped, as by Eigen's pmax; it makes its own exp NaN, and so the row's sum and output.
+// max_j row[j] over n >= 1 entries, contiguous: two chains of packets, then the last n % size entries one by one.
+// Exact, so the same value as Eigen's maxCoeff; but that ran the last steps of a row segment as a scalar chain through
+// the stack (a fifth of the tiled kernel's own time at heads of 32). A NaN entry is skipped, as by Eigen's pmax; it
+// makes its own exp NaN, and so the row's sum and output.
 template <class Scalar>
 Scalar row_max(const Scalar* row, Index n) {
   namespace ei = Eigen::internal;
   using Packet = typename ei::packet_traits<Scalar>::type;
   constexpr Index size = ei::packet_traits<Scalar>::size;
-  constexpr Scalar lowest = -std::numeric_limits<Scalar>::infinity();
-  Packet max0 = ei::pset1<Packet>(lowest), max1 = max0;
+  Scalar largest = -std::numeric_limits<Scalar>::infinity();
   Index j = 0;
-  for (; j + 2 * size <= n; j += 2 * size) {
-    max0 = ei::pmax(max0, ei::ploadu<Packet>(row + j));
-    max1 = ei::pmax(max1, ei::ploadu<Packet>(row + j + size));
+  if (n >= size) {
+    Packet max0 = ei::ploadu<Packet>(row), max1 = max0;
+    for (j = size; j + 2 * size <= n; j += 2 * size) {
+      max0 = ei::pmax(max0, ei::ploadu<Packet>(row + j));
+      max1 = ei::pmax(max1, ei::ploadu<Packet>(row + j + size));
+    }
+    if (j + size <= n) {
+      max0 = ei::pmax(max0, ei::ploadu<Packet>(row + j));
+      j += size;
+    }
+    largest = ei::predux_max(ei::pmax(max0, max1));
   }
-  if (j + size <= n) {
-    max0 = ei::pmax(max0, ei::ploadu<Packet>(row + j));
-    j += size;
-  }
-  if (j < n) {
-    Scalar lanes[size];
-    std::fill(lanes, lanes + size, lowest);
-    std::copy(row + j, row + n, lanes);
-    max1 = ei::pmax(max1, ei::ploadu<Packet>(lanes));
-  }
-  return ei::predux_max(ei::pmax(max0, max1));
+  for (; j < n; ++j) largest = largest < row[j] ? row[j] : largest;
+  return largest;
 }
 
 // row[j] = exp(row[j] - m), flushed to 0 where row[j] - m < exp_underflow; returns the sum of the new row[j].
@@ -119,13 +118,21 @@ Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
   }
   Scalar total = ei::predux(sum);
   if (j < n) {  // the last n - j < size entries, through one packet of which the lanes past n are ignored
-    Scalar lanes[size] = {};
-    std::copy(row + j, row + n, lanes);
-    ei::pstoreu(lanes, flushed_exp_packet(ei::psub(ei::ploadu<Packet>(lanes), shift)));
-    for (Index t = 0; j + t < n; ++t) {
-      row[j + t] = lanes[t];
-      total += lanes[t];
+    const Index tail = n - j;
+    Scalar lanes[size];
+    // Eigen 3.4 loads and stores float packets of 8 (AVX) and 16 (AVX-512) under a mask of lanes
+    if constexpr (std::is_same<Scalar, float>::value && (size == 8 || size == 16)) {
+      using Lanes = std::conditional_t<size == 16, std::uint16_t, std::uint8_t>;
+      const auto used = static_cast<Lanes>((1u << tail) - 1u);
+      const Packet e = flushed_exp_packet(ei::psub(ei::ploadu<Packet>(row + j, used), shift));
+      ei::pstoreu(row + j, e, used);
+      ei::pstoreu(lanes, e);
+    } else {  // a loop, not std::copy, which calls memmove: at the seed's rows of 4 keys the call cost more than the rest
+      for (Index t = 0; t < size; ++t) lanes[t] = t < tail ? row[j + t] : Scalar(0);
+      ei::pstoreu(lanes, flushed_exp_packet(ei::psub(ei::ploadu<Packet>(lanes), shift)));
+      for (Index t = 0; t < tail; ++t) row[j + t] = lanes[t];
     }
+    for (Index t = 0; t < tail; ++t) total += lanes[t];
   }
   return total;
 }
