@@ -3,7 +3,7 @@
 //
 //   ./build/bench/bench_vs_libtorch                                    the whole sweep at 1 and 2 threads
 //   ./build/bench/bench_vs_libtorch --threads=1 --max-n=512 --rounds=3 --min-time=0.05    a short run
-//   env -u OPENBLAS_CORETYPE ./build/bench/bench_vs_libtorch --rounds=9 --csv=vs_libtorch.csv   the reference run
+//   OPENBLAS_CORETYPE=SkylakeX ./build/bench/bench_vs_libtorch --rounds=9 --csv=vs_libtorch.csv   the reference run
 //   ./build/bench/bench_vs_libtorch_blas ...    the same program with EIGEN_USE_BLAS: attend's products on OpenBLAS
 //
 // Options (all optional):
@@ -60,8 +60,11 @@
 // threads than cores (the tiled path then runs several times slower at 2 threads; --attend-openblas-threads=0 shows
 // it).
 // OPENBLAS_CORETYPE and every other environment variable are read and printed, never set: OPENBLAS_CORETYPE chooses
-// OpenBLAS's kernels when the library loads (Haswell = AVX2; unset, OpenBLAS detects the CPU and, on this Xeon, takes
-// its AVX-512 SkylakeX kernels).
+// OpenBLAS's kernels when the library loads (Haswell = AVX2, SkylakeX = AVX-512). Unset, OpenBLAS detects the CPU, but
+// 0.3.21 (Debian 12) knows only the models of its time: on an Ice Lake Xeon it takes its SkylakeX kernels, on an
+// Emerald Rapids Xeon (model 207) it falls back to Prescott's SSE3 ones, a fifth of the speed (sgemm 1024^3 on one
+// core: 20 GFLOP/s against 109 with SkylakeX). The program says so when OpenBLAS runs without AVX-512 kernels on a
+// CPU that has them; OPENBLAS_CORETYPE=SkylakeX gives libtorch its best configuration on either machine.
 #include <attend/attention_path.hpp>
 #include <attend/conv1d.hpp>
 #include <attend/linear.hpp>
@@ -243,6 +246,7 @@ nlohmann::ordered_json configuration() {
 #ifdef ATTEND_BENCH_OPENBLAS
   c["openblas_config"] = openblas_get_config();
   c["openblas_corename"] = openblas_get_corename();
+  c["cpu_avx512f"] = __builtin_cpu_supports("avx512f") != 0;
   c["openblas_parallel"] = openblas_get_parallel() == 0   ? "sequential"
                            : openblas_get_parallel() == 1 ? "pthreads"
                                                           : "OpenMP";
@@ -262,7 +266,14 @@ void print_configuration(const nlohmann::ordered_json& c) {
   if (c.contains("openblas_config"))
     std::printf("  OpenBLAS: %s; core %s; threading %s\n", c["openblas_config"].get<std::string>().c_str(),
                 c["openblas_corename"].get<std::string>().c_str(), c["openblas_parallel"].get<std::string>().c_str());
-  else
+  if (c.contains("openblas_corename") && c["cpu_avx512f"].get<bool>()) {
+    const std::string core = c["openblas_corename"].get<std::string>();
+    if (core != "SkylakeX" && core != "Cooperlake" && core != "SapphireRapids")
+      std::printf("  NOTE: this CPU has AVX-512 but OpenBLAS runs its %s kernels, and so do libtorch's GEMMs: not "
+                  "libtorch's best here; OPENBLAS_CORETYPE=SkylakeX gives it AVX-512 ones\n",
+                  core.c_str());
+  }
+  if (!c.contains("openblas_config"))
     std::printf("  OpenBLAS not found at build time: no OpenBLAS sgemm ceiling, OpenBLAS's threads not controlled\n");
   std::printf("  OMP_NUM_THREADS=%s OPENBLAS_NUM_THREADS=%s\n", c["OMP_NUM_THREADS"].get<std::string>().c_str(),
               c["OPENBLAS_NUM_THREADS"].get<std::string>().c_str());

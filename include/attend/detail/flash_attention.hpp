@@ -37,8 +37,9 @@
 // (inside a block), is overwritten before it is used, and its value row is read only when every value row of the
 // block is finite: K and V rows of masked keys may hold anything, NaN included.
 //
-// Block sizes. This machine (Xeon, Ice Lake server, `lscpu`): L1d 48 KiB and L2 1.25 MiB per core. In float,
-// Br = 128 query rows by Bc = 256 keys:
+// Block sizes, chosen on a Xeon of the Ice Lake server generation (`lscpu`: L1d 48 KiB and L2 1.25 MiB per core; the
+// Emerald Rapids Xeon of the README's latest reference run has 48 KiB and 2 MiB, so everything below fits there too).
+// In float, Br = 128 query rows by Bc = 256 keys:
 //   S/P tile      Br * Bc * 4 B       = 128 KiB   written by Q K^T, rewritten by the exp pass, read by P V
 //   K^T, V blocks Bc * (d + dv) * 4 B = 128 KiB at d = dv = 64 (64 KiB at d = 32), streamed
 //   Qs, O         Br * (d + dv) * 4 B =  64 KiB at d = dv = 64, kept for the whole key loop
