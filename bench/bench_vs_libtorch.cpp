@@ -263,18 +263,17 @@ void print_configuration(const nlohmann::ordered_json& c) {
               c["torch_mkldnn"].get<bool>() ? "yes" : "no");
   std::printf("  OPENBLAS_CORETYPE=%s (read, never set, by this program)\n",
               c["OPENBLAS_CORETYPE"].get<std::string>().c_str());
-  if (c.contains("openblas_config"))
-    std::printf("  OpenBLAS: %s; core %s; threading %s\n", c["openblas_config"].get<std::string>().c_str(),
-                c["openblas_corename"].get<std::string>().c_str(), c["openblas_parallel"].get<std::string>().c_str());
-  if (c.contains("openblas_corename") && c["cpu_avx512f"].get<bool>()) {
+  if (c.contains("openblas_config")) {
     const std::string core = c["openblas_corename"].get<std::string>();
-    if (core != "SkylakeX" && core != "Cooperlake" && core != "SapphireRapids")
+    std::printf("  OpenBLAS: %s; core %s; threading %s\n", c["openblas_config"].get<std::string>().c_str(), core.c_str(),
+                c["openblas_parallel"].get<std::string>().c_str());
+    if (c["cpu_avx512f"].get<bool>() && core != "SkylakeX" && core != "Cooperlake" && core != "SapphireRapids")
       std::printf("  NOTE: this CPU has AVX-512 but OpenBLAS runs its %s kernels, and so do libtorch's GEMMs: not "
                   "libtorch's best here; OPENBLAS_CORETYPE=SkylakeX gives it AVX-512 ones\n",
                   core.c_str());
-  }
-  if (!c.contains("openblas_config"))
+  } else {
     std::printf("  OpenBLAS not found at build time: no OpenBLAS sgemm ceiling, OpenBLAS's threads not controlled\n");
+  }
   std::printf("  OMP_NUM_THREADS=%s OPENBLAS_NUM_THREADS=%s\n", c["OMP_NUM_THREADS"].get<std::string>().c_str(),
               c["OPENBLAS_NUM_THREADS"].get<std::string>().c_str());
 }
