@@ -194,6 +194,113 @@ TEMPLATE_TEST_CASE("flushed_exp_packet is 0 below exp_underflow and NaN for NaN,
   }
 }
 
+// The tiled kernel's exp through 2^(x log2 e) exists for floats with AVX-512 only (exp_via_exp2); built without
+// AVX-512, these tests check that it is off, which keeps the kernel on flushed_exp_packet (tested above).
+#ifdef EIGEN_VECTORIZE_AVX512
+TEST_CASE("flushed_exp2_packet is within float's epsilon of 2^t on [exp2_underflow, 0]", "[masked_softmax]") {
+  // Against std::exp2 in double (the definition, exact to far below float's precision), on every 64th float bit
+  // pattern from -0 down to -126 (17.6 million), then the ends: the relative error, in units of float's epsilon
+  // (2^-23, an ulp at 1; a result just under a power of two has ulps half as wide).
+  namespace ei = Eigen::internal;
+  STATIC_REQUIRE(attend::detail::exp_via_exp2<float>);
+  STATIC_REQUIRE(!attend::detail::exp_via_exp2<double>);
+  const auto bits_of = [](float x) {
+    std::uint32_t b;
+    std::memcpy(&b, &x, sizeof b);
+    return b;
+  };
+  const auto value_of = [](std::uint32_t b) {
+    float x;
+    std::memcpy(&x, &b, sizeof x);
+    return x;
+  };
+  double worst = 0;
+  float worst_at = 0;
+  Index compared = 0;
+  const auto compare = [&](const float* lanes) {
+    float ours[16];
+    ei::pstoreu(ours, attend::detail::flushed_exp2_packet(ei::ploadu<ei::Packet16f>(lanes)));
+    for (int j = 0; j < 16; ++j) {
+      const double exact = std::exp2(static_cast<double>(lanes[j]));
+      const double relative = std::abs(static_cast<double>(ours[j]) - exact) / exact;
+      const double error = relative / static_cast<double>(std::numeric_limits<float>::epsilon());
+      if (error > worst) {
+        worst = error;
+        worst_at = lanes[j];
+      }
+    }
+    compared += 16;
+  };
+  const std::uint32_t first = bits_of(-0.0f), last = bits_of(attend::detail::exp2_underflow);
+  float lanes[16];
+  int filled = 0;
+  for (std::uint32_t b = first; b <= last; b += 64) {
+    lanes[filled++] = value_of(b);
+    if (filled == 16) {
+      compare(lanes);
+      filled = 0;
+    }
+    if (last - b < 64) break;
+  }
+  for (int j = 0; j < 16; ++j) lanes[j] = j % 4 == 0 ? -126.0f : j % 4 == 1 ? -0.0f : j % 4 == 2 ? -1e-30f : -1.0f * j;
+  compare(lanes);
+  CAPTURE(compared, worst, worst_at);
+  REQUIRE(compared > 17000000);
+  REQUIRE(worst <= 1.0);  // measured: 0.705, at t = -0.00036
+}
+
+TEST_CASE("flushed_exp2_packet is 0 below exp2_underflow and NaN for NaN, lane by lane", "[masked_softmax]") {
+  // The flush rule of flushed_exp2, in a packet that mixes flushed, kept and NaN lanes; 2^-126 itself is kept.
+  namespace ei = Eigen::internal;
+  const float lowest = attend::detail::exp2_underflow;
+  const float below[] = {std::nextafter(lowest, -1000.0f), lowest - 1, -1e6f, -std::numeric_limits<float>::infinity()};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  float lanes[16], out[16];
+  for (int j = 0; j < 16; ++j) lanes[j] = j % 3 == 0 ? below[(j / 3) % 4] : j % 3 == 1 ? nan : -0.5f * j;
+  lanes[2] = lowest;
+  ei::pstoreu(out, attend::detail::flushed_exp2_packet(ei::ploadu<ei::Packet16f>(lanes)));
+  for (int j = 0; j < 16; ++j) {
+    CAPTURE(j, lanes[j], out[j]);
+    if (j % 3 == 0) {
+      REQUIRE(out[j] == 0.0f);
+      REQUIRE(!std::signbit(out[j]));
+    } else if (j % 3 == 1) {
+      REQUIRE(std::isnan(out[j]));
+    } else {
+      REQUIRE_THAT(out[j], Catch::Matchers::WithinRel(std::exp2(lanes[j]), std::numeric_limits<float>::epsilon()));
+    }
+  }
+  REQUIRE(out[2] == std::numeric_limits<float>::min());  // 2^-126, the smallest normal float
+}
+
+TEST_CASE("exp_shifted through exp2 writes exp(x - m) over lengths around whole packets, and nothing past them",
+          "[masked_softmax]") {
+  // As the base-e test below, against std::exp: the packet loop and the masked last packet. Within 1 ulp for the
+  // polynomial and |x - m| / 2 <= 4 ulp for the rounding of (x - m) log2(e) (exp_via_exp2's comment).
+  const float eps = std::numeric_limits<float>::epsilon();
+  for (Index n = 1; n <= 3 * 16 + 3; ++n) {
+    attend::Vector<float> row = 4.0f * attend::Vector<float>::Random(n + 1);  // in [-4, 4]
+    row(n) = 123.0f;                                                          // the sentinel
+    const attend::Vector<float> before = row;
+    const float m = 4.0f;
+    const float sum = attend::detail::exp_shifted<float, true>(row.data(), n, m);
+    CAPTURE(n);
+    float expected_sum = 0;
+    for (Index j = 0; j < n; ++j) {
+      REQUIRE_THAT(row(j), Catch::Matchers::WithinRel(std::exp(before(j) - m), 5 * eps));
+      expected_sum += row(j);
+    }
+    REQUIRE_THAT(sum, Catch::Matchers::WithinRel(expected_sum, 4.0f * n * eps));
+    REQUIRE(row(n) == 123.0f);
+  }
+}
+#else
+TEST_CASE("without AVX-512 the tiled kernel's softmax stays in base e", "[masked_softmax]") {
+  STATIC_REQUIRE(!attend::detail::exp_via_exp2<float>);
+  STATIC_REQUIRE(!attend::detail::exp_via_exp2<double>);
+}
+#endif
+
 TEMPLATE_TEST_CASE("exp_shifted writes exp(x - m) over lengths around whole packets, and nothing past them",
                    "[masked_softmax]", float, double) {
   // Against std::exp (the definition) within a few ulp, every length from 1 to 3 packets + 3: the packet loop and

@@ -19,6 +19,8 @@
 //       1. m' = max(m_i, max_{j visible} S_ij)
 //       2. P_ij = exp(S_ij - m') for a visible j (flushed to 0 under exp_underflow), 0 for a masked j
 //       3. a = exp(m_i - m'),  l_i = a l_i + sum_j P_ij,  O_i = a O_i,  m_i = m'
+//     (with AVX-512 floats, P_ij = 2^((S_ij - m') log2(e)): a shorter polynomial and one exact vscalefps;
+//     masked_softmax.hpp, exp_via_exp2. At heads of 32, where the exponential took a fifth of the time, 9 % less.)
 //     O += P V_blk                                            (br, dv)   detail/rows_times_matrix.hpp
 //   output row i = O_i / l_i, or, for a row that sees no key, the mask's FullyMasked rule.
 // Extra memory: the per-thread workspace below, O(Br (d + dv + Bc)), whatever the sequence length, and the head-major
@@ -236,7 +238,7 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Head
         rescale = flushed_exp(m - block_max);
         m = block_max;
       }
-      const Scalar seen_sum = exp_shifted(&S.coeffRef(i, lo), hi - lo, m);
+      const Scalar seen_sum = exp_shifted<Scalar, exp_via_exp2<Scalar>>(&S.coeffRef(i, lo), hi - lo, m);
       if (lo > 0) row.head(lo).setZero();  // (Eigen may call memset even for no element: 2 calls a row add up)
       if (hi < bc) row.tail(bc - hi).setZero();
       l = rescale * l + seen_sum;
