@@ -10,10 +10,13 @@
 // goes on the right (left 1, right 2 for kernel_size 4). Like PyTorch this is a cross-correlation: the kernel is
 // not flipped.
 //
-// The forward pass is one GEMM with no im2col buffer: in a copy of X padded with zero steps, the receptive field
-// of output step s is kernel_size consecutive steps, so kernel_size * in_channels consecutive values; those rows
-// overlap, one step apart, and Eigen's GEMM reads them through a view with that row stride. W is reordered to match
-// (column t * in_channels + i holding W[o, i, t]). Extra memory: the padded copy of X and the reordered W.
+// The forward pass is one matrix product with no im2col buffer: in a copy of X padded with zero steps, the receptive
+// field of output step s is kernel_size consecutive steps, so kernel_size * in_channels consecutive values; those rows
+// overlap, one step apart, and the product reads them with that row stride. W is reordered to match, transposed
+// (row t * in_channels + i holding W[o, i, t] in column o), and the product is attend's row kernel
+// (detail/rows_times_matrix.hpp), which reads it in place, unpacked: Eigen's GEMM, used before, packed both operands
+// on every call, and reached 85-118 GFLOP/s on the benchmark's shapes where the row kernel reaches 120-145 (one core of
+// the README's Emerald Rapids Xeon). Extra memory: the padded copy of X and the reordered W.
 //
 // Initialised as PyTorch does: W, then bias, uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)) with
 // fan_in = in_channels * kernel_size; W is drawn in its row-major order (o, i, t). state_dict() uses nn.Conv1d's
@@ -22,6 +25,7 @@
 
 #include <algorithm>
 #include <attend/detail/project_rows.hpp>
+#include <attend/detail/rows_times_matrix.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
 #include <attend/state_dict.hpp>
@@ -74,17 +78,18 @@ class Conv1d : public Module {
       padded.middleRows(b * padded_steps + left, steps) = detail::slice(X, b);
       padded.middleRows(b * padded_steps + left + steps, right_padding()).setZero();
     }
-    // 2. W with its last two axes swapped, seen as (out, k * in): column t * in + i holds W[o, i, t].
-    Matrix<Scalar> W(out_channels_, width);  // (out, k * in)
+    // 2. W^T with W's last two axes swapped, (k * in, out): row t * in + i holds W[o, i, t] in column o; its rows
+    //    padded with zeros to whole packets, for the row kernel.
+    const Index padded_out = detail::padded_to_packets<Scalar>(out_channels_);
+    Matrix<Scalar> Wt(width, padded_out);  // (k * in, out rounded up to whole packets)
+    Wt.rightCols(padded_out - out_channels_).setZero();
     for (Index o = 0; o < out_channels_; ++o)
       for (Index i = 0; i < in; ++i)
-        for (Index t = 0; t < k; ++t) W(o, t * in + i) = weight_(o, i, t);
+        for (Index t = 0; t < k; ++t) Wt(t * in + i, o) = weight_(o, i, t);
 
     // 3. Output step s of batch row b reads padded steps s .. s + k - 1 of its batch row: k * in consecutive values,
-    //    a row of a view whose rows overlap (one step, in values, apart). One GEMM per chunk of steps against W^T.
+    //    a row of a view whose rows overlap (one step, in values, apart). One product per chunk of steps with W^T.
     Tensor3<Scalar> Y(batch, steps, out_channels_);  // (batch, steps, out)
-    auto rows = detail::as_matrix(Y);                // (batch * steps, out)
-    using Windows = Eigen::Map<const Matrix<Scalar>, 0, Eigen::OuterStride<>>;
     const Index chunks = (steps + detail::rows_per_chunk - 1) / detail::rows_per_chunk;  // per batch row
     const double chunk_rows = static_cast<double>(std::min(steps, detail::rows_per_chunk));
     const double per_row = static_cast<double>(width) * static_cast<double>(out_channels_);
@@ -93,17 +98,16 @@ class Conv1d : public Module {
                          [&](Index item, int) {
       const Index b = item / chunks, s0 = item % chunks * detail::rows_per_chunk;
       const Index n = std::min(detail::rows_per_chunk, steps - s0);
-      const Scalar* first = padded.data() + (b * padded_steps + s0) * in;     // padded step s0 of batch row b
-      const Windows windows(first, n, width, Eigen::OuterStride<>(in));  // (n, k * in)
-      auto Yc = rows.middleRows(b * steps + s0, n);  // (n, out)
-      Yc.noalias() = windows * W.transpose();
-      if (has_bias_) Yc.rowwise() += bias_.transpose();
+      const Scalar* windows = padded.data() + (b * padded_steps + s0) * in;  // (n, k * in), rows in apart
+      Scalar* Yc = Y.data() + (b * steps + s0) * out_channels_;              // (n, out)
+      detail::rows_times_matrix<false>(windows, in, n, width, Wt.data(), padded_out, out_channels_, true,
+                                       has_bias_ ? bias_.data() : nullptr, Yc, out_channels_);
     });
     return Y;
   }
 
   // The multiply-adds of one forward pass on (batch, steps, in_channels), as done here:
-  // batch * steps * out_channels * in_channels * kernel_size — the GEMM multiplies the padding zeros too.
+  // batch * steps * out_channels * in_channels * kernel_size — the product multiplies the padding zeros too.
   // Bias additions are not counted.
   Index multiply_adds(Index batch, Index steps) const {
     detail::require_at_least(batch, 0, "Conv1d::multiply_adds", "batch");
