@@ -20,7 +20,8 @@
 //       2. P_ij = exp(S_ij - m') for a visible j (flushed to 0 under exp_underflow), 0 for a masked j
 //       3. a = exp(m_i - m'),  l_i = a l_i + sum_j P_ij,  O_i = a O_i,  m_i = m'
 //     (with AVX-512 floats, P_ij = 2^((S_ij - m') log2(e)): a shorter polynomial and one exact vscalefps;
-//     masked_softmax.hpp, exp_via_exp2. At heads of 32, where the exponential took a fifth of the time, 9 % less.)
+//     masked_softmax.hpp, exp_via_exp2. At heads of 32, where the exponential took a fifth of the time: 2-9 % less
+//     time for MultiHeadAttention at 1 thread, n = 1024 to 8192.)
 //     O += P V_blk                                            (br, dv)   detail/rows_times_matrix.hpp
 //   output row i = O_i / l_i, or, for a row that sees no key, the mask's FullyMasked rule.
 // Extra memory: the per-thread workspace below, O(Br (d + dv + Bc)), whatever the sequence length, and the head-major
