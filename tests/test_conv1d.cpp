@@ -152,6 +152,24 @@ TEMPLATE_TEST_CASE("Conv1d agrees with the definition written as loops", "[conv1
   }
 }
 
+TEMPLATE_TEST_CASE("Conv1d agrees with the definition over every block shape of its product", "[conv1d]", float,
+                   double) {
+  // The product runs on the row kernel (detail/rows_times_matrix.hpp) in chunks of 256 steps: out_channels below,
+  // at and above whole packets (partial last packet, blocks of 1 to 4 packets) and step counts that end a chunk
+  // early, exactly, or one step into the next, so that every row block (6, 4 and single rows) meets every column
+  // block; against the definition written as loops.
+  const Index out = GENERATE(5, 16, 37, 70);
+  const Index k = GENERATE(3, 4);
+  Generator generator(63);
+  const Conv1d<TestType> conv(7, out, k, true, generator);
+  for (Index steps : {255, 256, 257, 601}) {
+    CAPTURE(out, k, steps);
+    const Tensor3<TestType> X = random_tensor<TestType>(2, steps, 7, 64);
+    REQUIRE_THAT(conv(X), attend_test::Near(conv_by_definition(X, conv.weight(), conv.bias(), (k - 1) / 2),
+                                            attend_test::tolerance<TestType>()));
+  }
+}
+
 TEMPLATE_TEST_CASE("Conv1d with a kernel of width 1 is a Linear on the channels", "[conv1d]", float, double) {
   // Conv1d(in, out, 1) and Linear(in, out) draw the same numbers in the same order with the same bound
   // 1/sqrt(in * 1), so from equal seeds they have equal parameters and compute the same function.

@@ -92,8 +92,8 @@ constexpr float exp2_underflow = -126.0f;
 // 2^t for a packet of 16 floats t <= 0, flushed to 0 in the lanes where t < exp2_underflow (a NaN stays NaN), so
 // never a subnormal: with f = t - floor(t) in [0, 1) (vreduceps, exact), 2^t = p(f) 2^floor(t), p a degree-6
 // polynomial for 2^f and the power of two applied by vscalefps, exactly. p's coefficients: the relative-error minimax
-// (Remez) fit of 2^f on [0, 1], error 1.9e-9, rounded to float; evaluated in float, within 0.71 epsilon of 2^t over the
-// whole range (tests/test_masked_softmax.cpp measures it).
+// (Remez) fit of 2^f on [0, 1], error 1.9e-9, rounded to float; evaluated in float, a relative error within 0.71
+// float epsilon of 2^t over the whole range (tests/test_masked_softmax.cpp measures it).
 inline Eigen::internal::Packet16f flushed_exp2_packet(const Eigen::internal::Packet16f& t) {
   namespace ei = Eigen::internal;
   using Packet = ei::Packet16f;
