@@ -15,6 +15,43 @@ using attend::Index;
 using attend::Tensor3;
 using attend::ValidLens;
 
+namespace {
+
+// A float's or a double's bit pattern, as an unsigned integer of its size, and back.
+template <class Scalar>
+using Bits = std::conditional_t<sizeof(Scalar) == 4, std::uint32_t, std::uint64_t>;
+template <class Scalar>
+Bits<Scalar> bits_of(Scalar x) {
+  Bits<Scalar> b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+template <class Scalar>
+Scalar value_of(Bits<Scalar> b) {
+  Scalar x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+// Calls visit(lanes) with packets of `size` values on evenly spaced bit patterns: every step-th from -0 down to
+// `lowest` (< 0; a negative number's bits grow with |x|), as many whole packets as they fill.
+template <class Scalar, Index size, class Visit>
+void for_each_packet_down_to(Scalar lowest, Bits<Scalar> step, Visit&& visit) {
+  const Bits<Scalar> first = bits_of(Scalar(-0.0)), last = bits_of(lowest);
+  Scalar lanes[size];
+  Index filled = 0;
+  for (Bits<Scalar> b = first; b <= last; b += step) {
+    lanes[filled++] = value_of<Scalar>(b);
+    if (filled == size) {
+      visit(static_cast<const Scalar*>(lanes));
+      filled = 0;
+    }
+    if (last - b < step) break;
+  }
+}
+
+}  // namespace
+
 TEMPLATE_TEST_CASE("masked_softmax matches d2l's masked_softmax", "[masked_softmax][golden]", float, double) {
   const auto name = GENERATE(as<std::string>{}, "masked_softmax_book_1d", "masked_softmax_book_2d",
                              "masked_softmax_none", "masked_softmax_zero_and_long", "masked_softmax_2d_mixed");
@@ -109,21 +146,10 @@ TEMPLATE_TEST_CASE("flushed_exp_packet gives Eigen's vectorised exp bit for bit 
   // 4 million doubles; then both ends and a tiny value.
   namespace ei = Eigen::internal;
   using Packet = typename ei::packet_traits<TestType>::type;
-  using Bits = std::conditional_t<sizeof(TestType) == 4, std::uint32_t, std::uint64_t>;
   constexpr Index size = ei::packet_traits<TestType>::size;
-  const auto bits_of = [](TestType x) {
-    Bits b;
-    std::memcpy(&b, &x, sizeof b);
-    return b;
-  };
-  const auto value_of = [](Bits b) {
-    TestType x;
-    std::memcpy(&x, &b, sizeof x);
-    return x;
-  };
   const TestType lowest = attend::detail::exp_underflow<TestType>();
-  const Bits first = bits_of(TestType(-0.0)), last = bits_of(lowest);  // a negative number's bits grow with |x|
-  const Bits step = sizeof(TestType) == 4 ? Bits(64) : (last - first) / Bits(4000000);
+  const Bits<TestType> step =
+      sizeof(TestType) == 4 ? Bits<TestType>(64) : (bits_of(lowest) - bits_of(TestType(-0.0))) / 4000000;
   Index mismatches = 0, compared = 0;
   const auto compare = [&](const TestType* lanes) {
     TestType ours[size], eigen[size];
@@ -133,16 +159,8 @@ TEMPLATE_TEST_CASE("flushed_exp_packet gives Eigen's vectorised exp bit for bit 
     mismatches += std::memcmp(ours, eigen, sizeof ours) != 0;
     compared += size;
   };
+  for_each_packet_down_to<TestType, size>(lowest, step, compare);
   TestType lanes[size];
-  Index filled = 0;
-  for (Bits b = first; b <= last; b += step) {
-    lanes[filled++] = value_of(b);
-    if (filled == size) {
-      compare(lanes);
-      filled = 0;
-    }
-    if (last - b < step) break;
-  }
   for (Index j = 0; j < size; ++j) lanes[j] = j % 3 == 0 ? lowest : j % 3 == 1 ? TestType(-0.0) : TestType(-1e-30);
   compare(lanes);
   CAPTURE(compared);
@@ -204,16 +222,6 @@ TEST_CASE("flushed_exp2_packet is within float's epsilon of 2^t on [exp2_underfl
   namespace ei = Eigen::internal;
   STATIC_REQUIRE(attend::detail::exp_via_exp2<float>);
   STATIC_REQUIRE(!attend::detail::exp_via_exp2<double>);
-  const auto bits_of = [](float x) {
-    std::uint32_t b;
-    std::memcpy(&b, &x, sizeof b);
-    return b;
-  };
-  const auto value_of = [](std::uint32_t b) {
-    float x;
-    std::memcpy(&x, &b, sizeof x);
-    return x;
-  };
   double worst = 0;
   float worst_at = 0;
   Index compared = 0;
@@ -231,17 +239,8 @@ TEST_CASE("flushed_exp2_packet is within float's epsilon of 2^t on [exp2_underfl
     }
     compared += 16;
   };
-  const std::uint32_t first = bits_of(-0.0f), last = bits_of(attend::detail::exp2_underflow);
+  for_each_packet_down_to<float, 16>(attend::detail::exp2_underflow, 64, compare);
   float lanes[16];
-  int filled = 0;
-  for (std::uint32_t b = first; b <= last; b += 64) {
-    lanes[filled++] = value_of(b);
-    if (filled == 16) {
-      compare(lanes);
-      filled = 0;
-    }
-    if (last - b < 64) break;
-  }
   for (int j = 0; j < 16; ++j) lanes[j] = j % 4 == 0 ? -126.0f : j % 4 == 1 ? -0.0f : j % 4 == 2 ? -1e-30f : -1.0f * j;
   compare(lanes);
   CAPTURE(compared, worst, worst_at);
@@ -250,7 +249,7 @@ TEST_CASE("flushed_exp2_packet is within float's epsilon of 2^t on [exp2_underfl
 }
 
 TEST_CASE("flushed_exp2_packet is 0 below exp2_underflow and NaN for NaN, lane by lane", "[masked_softmax]") {
-  // The flush rule of flushed_exp2, in a packet that mixes flushed, kept and NaN lanes; 2^-126 itself is kept.
+  // The flush rule of flushed_exp2_packet, in a packet that mixes flushed, kept and NaN lanes; 2^-126 itself is kept.
   namespace ei = Eigen::internal;
   const float lowest = attend::detail::exp2_underflow;
   const float below[] = {std::nextafter(lowest, -1000.0f), lowest - 1, -1e6f, -std::numeric_limits<float>::infinity()};
