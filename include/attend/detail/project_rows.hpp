@@ -9,8 +9,12 @@
 // keeps_transposed(), runs on that kept copy instead of Eigen's GEMM: no packing of W on each call, which dominates
 // for a few rows (the seed's 8 rows) and still pays at 256 rows for W up to 256 x 256 floats
 // (`bench_attention --benchmark_filter=Projection`).
+//
+// At most few_rows rows (the seed's 8) of floats with AVX-512 take neither: few_rows_times_weight
+// (detail/few_rows_projection.hpp) reads W as it is, with no kept copy to compare.
 #pragma once
 
+#include <attend/detail/few_rows_projection.hpp>
 #include <attend/detail/transposed_weight.hpp>
 #include <attend/tensor.hpp>
 #include <attend/threads.hpp>
@@ -60,6 +64,17 @@ void project_rows(const Eigen::Ref<const Matrix<Scalar>>& X, std::initializer_li
   using Rows = Eigen::Map<Matrix<Scalar>, 0, Eigen::OuterStride<>>;
   const Index rows = X.rows(), in = X.cols();
   if (rows == 0) return;
+#ifdef EIGEN_VECTORIZE_AVX512
+  if constexpr (has_few_rows_projection<Scalar>) {
+    if (rows <= few_rows && in <= few_rows_max_in) {
+      alignas(64) float quads[few_rows_copy_size];  // (ceil(in / 4), 2, 16): X's rows interleaved
+      interleave_step_quads(X.data(), X.outerStride(), rows, in, quads);
+      for (const Projection<Scalar>& p : projections)
+        few_rows_times_weight(quads, rows, in, p.W, p.out, p.bias, p.Y, p.y_stride);
+      return;
+    }
+  }
+#endif
   const Index chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
   double width = 0, widest = 0;  // sum and largest of the projections' out
   for (const Projection<Scalar>& p : projections) {

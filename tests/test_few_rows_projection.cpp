@@ -1,0 +1,149 @@
+// Projections of at most 8 rows (detail/few_rows_projection.hpp, through detail/project_rows.hpp): X W^T + b against
+// the definition over the kernel's block shapes (rows 1-8 in one or two packets, inputs around its groups of 4 steps,
+// outputs around its blocks of 8 and groups of 4); infinities and NaNs where the definition puts them, nothing written
+// past the outputs; and the path itself: taken for floats with AVX-512 (the -march=native build), never elsewhere.
+#include <attend/detail/few_rows_projection.hpp>
+#include <attend/detail/project_rows.hpp>
+#include <attend/random.hpp>
+#include <catch2/catch.hpp>
+#include <support/matchers.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+using attend::Index;
+using attend::Matrix;
+using attend::Vector;
+using attend::detail::TransposedWeight;
+
+namespace {
+
+// The definition, with explicit loops in double: Y[r, o] = sum_k X[r, k] W[o, k] + bias[o].
+template <class Scalar>
+Matrix<double> affine_by_definition(const Matrix<Scalar>& X, const Matrix<Scalar>& W, const Vector<Scalar>& bias) {
+  Matrix<double> Y(X.rows(), W.rows());  // (rows, out)
+  for (Index r = 0; r < X.rows(); ++r)
+    for (Index o = 0; o < W.rows(); ++o) {
+      double sum = bias.size() > 0 ? static_cast<double>(bias[o]) : 0.0;
+      for (Index k = 0; k < X.cols(); ++k) sum += static_cast<double>(X(r, k)) * static_cast<double>(W(o, k));
+      Y(r, o) = sum;
+    }
+  return Y;
+}
+
+template <class Scalar>
+Matrix<Scalar> random_matrix(Index rows, Index cols, std::uint64_t seed) {
+  attend::Generator generator(seed);
+  Matrix<Scalar> M(rows, cols);  // (rows, cols)
+  for (Index i = 0; i < M.size(); ++i) M.data()[i] = generator.uniform(Scalar(-1), Scalar(1));
+  return M;
+}
+
+// |Y - definition| per element, over the tolerance that attend_test::Near would allow a result as large as the sum of
+// the magnitudes |X[r, k] W[o, k]| and |b[o]|: a sum of in products loses accuracy to cancellation against those
+// magnitudes, not against the result. The largest ratio over Y (rows, out); a match is at most 1.
+template <class Scalar>
+double worst_error_ratio(const Matrix<Scalar>& Y, const Matrix<Scalar>& X, const Matrix<Scalar>& W,
+                         const Vector<Scalar>& bias) {
+  const attend_test::Tolerance<Scalar> tol = attend_test::tolerance<Scalar>();
+  const Matrix<double> expected = affine_by_definition(X, W, bias);  // (rows, out)
+  double worst = 0;
+  for (Index r = 0; r < X.rows(); ++r)
+    for (Index o = 0; o < W.rows(); ++o) {
+      double magnitude = bias.size() > 0 ? std::abs(static_cast<double>(bias[o])) : 0.0;
+      for (Index k = 0; k < X.cols(); ++k) magnitude += std::abs(static_cast<double>(X(r, k)) * W(o, k));
+      const double error = std::abs(static_cast<double>(Y(r, o)) - expected(r, o));
+      worst = std::max(worst, error / (tol.abs + tol.rel * magnitude));
+    }
+  return worst;
+}
+
+// Y (rows, out) = X W^T + b by project_rows, into rows `stride` apart that start as 7; kept: the W^T it may keep.
+template <class Scalar>
+Matrix<Scalar> projected(const Matrix<Scalar>& X, const Matrix<Scalar>& W, const Vector<Scalar>& b, Index stride,
+                         TransposedWeight<Scalar>& kept) {
+  Matrix<Scalar> Y = Matrix<Scalar>::Constant(X.rows(), stride, Scalar(7));  // (rows, stride)
+  attend::detail::Projection<Scalar> p = attend::detail::projection(W, b, Y.data(), &kept);
+  p.y_stride = stride;
+  attend::detail::project_rows<Scalar>(X, {p});
+  return Y;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("project_rows on at most 8 rows gives X W^T + b, and writes nothing past the outputs",
+                   "[few_rows_projection]", float, double) {
+  // rows: one packet of 4 rows or two; in: around the groups of 4 steps, the seed's 100, few_rows_max_in;
+  // out: around the blocks of 8 outputs and the groups of 4.
+  const Index rows = GENERATE(1, 3, 4, 5, 8);
+  const Index in = GENERATE(1, 2, 3, 4, 5, 7, 8, 100, attend::detail::few_rows_max_in);
+  const Index out = GENERATE(1, 3, 4, 5, 8, 9, 13, 100);
+  const bool bias = GENERATE(true, false);
+  CAPTURE(rows, in, out, bias);
+  const Matrix<TestType> X = random_matrix<TestType>(rows, in, 1);  // (rows, in)
+  const Matrix<TestType> W = random_matrix<TestType>(out, in, 2);   // (out, in)
+  const Vector<TestType> b = bias ? Vector<TestType>(random_matrix<TestType>(out, 1, 3)) : Vector<TestType>();
+  TransposedWeight<TestType> kept;
+  const Matrix<TestType> Y = projected(X, W, b, out + 3, kept);  // (rows, out + 3)
+  REQUIRE(worst_error_ratio<TestType>(Y.leftCols(out), X, W, b) <= 1.0);
+  REQUIRE((Y.rightCols(3).array() == TestType(7)).all());
+}
+
+TEMPLATE_TEST_CASE("project_rows on at most 8 rows: infinities and NaNs reach only the outputs they are in",
+                   "[few_rows_projection]", float, double) {
+  // in = 6: the last group of steps has 2 of 4, the rest read as 0; W's last entry of a row is infinite, where a
+  // 0 * inf from the missing entries would make NaN.
+  const Index rows = 6, in = 6, out = 11;
+  const TestType inf = std::numeric_limits<TestType>::infinity();
+  Matrix<TestType> X = random_matrix<TestType>(rows, in, 4).cwiseAbs();  // (rows, in), positive
+  Matrix<TestType> W = random_matrix<TestType>(out, in, 5);              // (out, in)
+  W(2, in - 1) = inf;
+  W(10, in - 1) = -inf;
+  X(4, 1) = std::numeric_limits<TestType>::quiet_NaN();
+  const Vector<TestType> none;
+  TransposedWeight<TestType> kept;
+  const Matrix<TestType> Y = projected(X, W, none, out, kept);  // (rows, out)
+  const Matrix<double> expected = affine_by_definition(X, W, none);
+  for (Index r = 0; r < rows; ++r)
+    for (Index o = 0; o < out; ++o) {
+      CAPTURE(r, o);
+      if (r == 4) {
+        REQUIRE(std::isnan(Y(r, o)));
+      } else if (o == 2 || o == 10) {
+        REQUIRE(Y(r, o) == (o == 2 ? inf : -inf));
+      } else {
+        REQUIRE(std::isfinite(Y(r, o)));
+        REQUIRE(Y(r, o) == Approx(expected(r, o)).epsilon(1e-5));
+      }
+    }
+}
+
+TEMPLATE_TEST_CASE("project_rows on at most 8 rows reads W as it is: no W^T kept, a changed W seen",
+                   "[few_rows_projection]", float, double) {
+  const Index in = 100, out = 100;
+  Matrix<TestType> W = random_matrix<TestType>(out, in, 6);  // (out, in)
+  const Vector<TestType> b = random_matrix<TestType>(out, 1, 7);
+  const Index rows = GENERATE(8, 9);
+  CAPTURE(rows);
+  const Matrix<TestType> X = random_matrix<TestType>(rows, in, 8);  // (rows, in)
+  TransposedWeight<TestType> kept;
+  const Matrix<TestType> first = projected(X, W, b, out, kept);
+  const bool few = attend::detail::has_few_rows_projection<TestType> && rows <= attend::detail::few_rows;
+  // The kept W^T is made only by the other path: floats with AVX-512 on 8 rows leave it empty.
+  REQUIRE((kept.transposed().size() == 0) == few);
+  W(99, 99) += TestType(1);
+  const Matrix<TestType> second = projected(X, W, b, out, kept);
+  REQUIRE_THAT(second, attend_test::Near(affine_by_definition(X, W, b), attend_test::tolerance<TestType>()));
+  REQUIRE(second.leftCols(99) == first.leftCols(99));
+  REQUIRE((second.col(99).array() != first.col(99).array()).all());
+}
+
+TEST_CASE("The few-rows path exists exactly for floats with AVX-512", "[few_rows_projection]") {
+#ifdef EIGEN_VECTORIZE_AVX512
+  REQUIRE(attend::detail::has_few_rows_projection<float>);
+#else
+  REQUIRE_FALSE(attend::detail::has_few_rows_projection<float>);
+#endif
+  REQUIRE_FALSE(attend::detail::has_few_rows_projection<double>);
+}
