@@ -323,3 +323,49 @@ TEMPLATE_TEST_CASE("exp_shifted writes exp(x - m) over lengths around whole pack
     REQUIRE(row(n) == TestType(123));
   }
 }
+
+TEMPLATE_TEST_CASE("masked_softmax_block gives every row the bits of masked_softmax_row", "[masked_softmax]", float,
+                   double) {
+  // Rows shorter than a packet take the block's own pass (one exp over the whole block); the test covers those
+  // lengths, a packet and one more (the row path), under every kind of masking: none; valid lengths per query, 0
+  // included; a keep tensor that empties rows, under both FullyMasked rules. Non-finite scores too: a NaN, +inf, a
+  // row of -inf. The same block seen through a wider matrix (not contiguous) takes the row path: the same bits.
+  using attend::FullyMasked;
+  using attend::Mask;
+  using Rows = attend::Matrix<TestType>;
+  constexpr Index size = Eigen::internal::packet_traits<TestType>::size;
+  const Index num_queries = GENERATE(1, 3, 7);
+  const int kind = GENERATE(0, 1, 2, 3);
+  for (Index num_keys = 1; num_keys <= size + 1; ++num_keys) {
+    CAPTURE(num_queries, num_keys, kind);
+    Mask mask;
+    if (kind == 1) {
+      attend::Matrix<Index> lens(1, num_queries);  // (batch, queries): 0 .. num_keys + 1
+      for (Index q = 0; q < num_queries; ++q) lens(0, q) = (q * 5 + 2) % (num_keys + 2);
+      mask = Mask(ValidLens::per_query(lens));
+    } else if (kind >= 2) {
+      Tensor3<bool> keep(1, num_queries, num_keys);  // row q keeps the keys j with (q + j) % 3 != 0; row 1 none
+      for (Index q = 0; q < num_queries; ++q)
+        for (Index j = 0; j < num_keys; ++j) keep(0, q, j) = q != 1 && (q + j) % 3 != 0;
+      mask = Mask::keep(keep);
+      if (kind == 3) mask = mask.when_fully_masked(FullyMasked::zero);
+    }
+    Rows wide = TestType(5) * Rows::Random(num_queries, num_keys + 3);  // (queries, keys + 3), in [-5, 5]
+    if (num_queries > 2) {
+      wide(2, 0) = std::numeric_limits<TestType>::quiet_NaN();
+      wide(2, num_keys - 1) = std::numeric_limits<TestType>::infinity();
+    }
+    if (num_queries > 6) wide.row(6).setConstant(-std::numeric_limits<TestType>::infinity());
+    Rows block = wide.leftCols(num_keys);  // (queries, keys), contiguous
+    Rows by_rows = block;
+    for (Index q = 0; q < num_queries; ++q)
+      attend::detail::masked_softmax_row(&by_rows(q, 0), num_keys, mask.visible_prefix(0, q, num_queries, num_keys),
+                                         mask.keep_row(0, q), mask.fully_masked());
+    attend::detail::masked_softmax_block(block, mask, 0);
+    auto view = wide.leftCols(num_keys);  // the same scores, rows num_keys + 3 apart
+    attend::detail::masked_softmax_block(view, mask, 0);
+    REQUIRE(std::memcmp(block.data(), by_rows.data(), sizeof(TestType) * by_rows.size()) == 0);
+    for (Index q = 0; q < num_queries; ++q)
+      REQUIRE(std::memcmp(&wide(q, 0), &block(q, 0), sizeof(TestType) * num_keys) == 0);
+  }
+}

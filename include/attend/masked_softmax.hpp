@@ -13,6 +13,7 @@
 #include <attend/valid_lens.hpp>
 #include <cstdint>
 #include <limits>
+#include <tuple>
 #include <type_traits>
 
 namespace attend {
@@ -189,15 +190,11 @@ Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
   return total;
 }
 
-// One row of scores, in place:
-//   0. keys >= prefix are replaced by -1e6; with a keep row, so are the keys j < prefix where keep[j] is false;
-//      if no key is left and rule is FullyMasked::zero, the row becomes 0 and we stop;
-//   1. m = max_j row[j]          2. row[j] = exp(row[j] - m)          3. row[j] /= sum_j row[j]
-// row: (num_keys), contiguous; prefix: may exceed num_keys (masks nothing); keep: (num_keys) or null.
+// Step 0 of masked_softmax_row below, in place: keys >= prefix are replaced by -1e6; with a keep row, so are the keys
+// j < prefix where keep[j] is false. Returns false when no key is left and rule is FullyMasked::zero: the row then
+// needs no softmax (it is to be 0).
 template <class Scalar>
-void masked_softmax_row(Scalar* row, Index num_keys, Index prefix, const bool* keep = nullptr,
-                        FullyMasked rule = FullyMasked::uniform) {
-  if (num_keys == 0) return;
+bool mask_scores_row(Scalar* row, Index num_keys, Index prefix, const bool* keep, FullyMasked rule) {
   Eigen::Map<Eigen::Array<Scalar, 1, Eigen::Dynamic>> r(row, num_keys);
   if (prefix < num_keys) r.tail(num_keys - prefix).setConstant(masked_score<Scalar>());
   bool sees_a_key = prefix > 0;
@@ -211,7 +208,20 @@ void masked_softmax_row(Scalar* row, Index num_keys, Index prefix, const bool* k
       }
     }
   }
-  if (!sees_a_key && rule == FullyMasked::zero) {
+  return sees_a_key || rule != FullyMasked::zero;
+}
+
+// One row of scores, in place:
+//   0. keys >= prefix are replaced by -1e6; with a keep row, so are the keys j < prefix where keep[j] is false;
+//      if no key is left and rule is FullyMasked::zero, the row becomes 0 and we stop;
+//   1. m = max_j row[j]          2. row[j] = exp(row[j] - m)          3. row[j] /= sum_j row[j]
+// row: (num_keys), contiguous; prefix: may exceed num_keys (masks nothing); keep: (num_keys) or null.
+template <class Scalar>
+void masked_softmax_row(Scalar* row, Index num_keys, Index prefix, const bool* keep = nullptr,
+                        FullyMasked rule = FullyMasked::uniform) {
+  if (num_keys == 0) return;
+  Eigen::Map<Eigen::Array<Scalar, 1, Eigen::Dynamic>> r(row, num_keys);
+  if (!mask_scores_row(row, num_keys, prefix, keep, rule)) {
     r.setZero();
     return;
   }
@@ -220,16 +230,48 @@ void masked_softmax_row(Scalar* row, Index num_keys, Index prefix, const bool* k
 
 // Every row of a (queries, keys) block of scores, in place; the block belongs to batch row b of the mask.
 // The mask's shape is checked by the caller (Mask::require_shape).
+// Rows shorter than a packet (the seed's have 4 keys), when the block is contiguous, go through steps 0 and 1 of
+// masked_softmax_row row by row, storing row[j] - m in place, then step 2 as one pass of packets over the whole block,
+// then step 3 row by row: one exp for every packet of the block, not one per row, each a chain of dependent
+// instructions. The same bits as masked_softmax_row (each exp is of the same row[j] - m; each sum over the row in
+// order from 0, as exp_shifted sums a row shorter than a packet). A row that the FullyMasked::zero rule empties is
+// filled with -inf, whose exp is 0, and keeps that 0 (every other row's sum is at least exp(0) = 1, or NaN).
 template <class Derived>
 void masked_softmax_block(Eigen::MatrixBase<Derived>& scores, const Mask& mask, Index b) {
   using Scalar = typename Derived::Scalar;
   static_assert(static_cast<int>(Derived::IsRowMajor) == 1, "scores must be row-major");
   const Index num_queries = scores.rows(), num_keys = scores.cols();
   if (num_keys == 0) return;  // nothing to normalise (and no row to point into)
+  const auto masking = [&](Index q) {
+    return std::make_tuple(mask.visible_prefix(b, q, num_queries, num_keys), mask.keep_row(b, q), mask.fully_masked());
+  };
+  constexpr Index size = Eigen::internal::packet_traits<Scalar>::size;
+  if (num_keys >= size || num_queries == 1 || scores.derived().outerStride() != num_keys) {
+    for (Index q = 0; q < num_queries; ++q) {
+      const auto [prefix, keep, rule] = masking(q);
+      masked_softmax_row<Scalar>(&scores.derived().coeffRef(q, 0), num_keys, prefix, keep, rule);
+    }
+    return;
+  }
+  Scalar* all = &scores.derived().coeffRef(0, 0);  // (queries, keys), contiguous
   for (Index q = 0; q < num_queries; ++q) {
-    masked_softmax_row<Scalar>(&scores.derived().coeffRef(q, 0), num_keys,
-                               mask.visible_prefix(b, q, num_queries, num_keys), mask.keep_row(b, q),
-                               mask.fully_masked());
+    Scalar* row = all + q * num_keys;
+    const auto [prefix, keep, rule] = masking(q);
+    if (!mask_scores_row(row, num_keys, prefix, keep, rule)) {
+      std::fill(row, row + num_keys, -std::numeric_limits<Scalar>::infinity());
+      continue;
+    }
+    const Scalar m = row_max(row, num_keys);
+    for (Index j = 0; j < num_keys; ++j) row[j] -= m;
+  }
+  exp_shifted(all, num_queries * num_keys, Scalar(0));
+  for (Index q = 0; q < num_queries; ++q) {
+    Scalar* row = all + q * num_keys;
+    Scalar sum = Scalar(0);
+    for (Index j = 0; j < num_keys; ++j) sum += row[j];
+    if (sum == Scalar(0)) continue;  // emptied by the rule: already 0
+    const Scalar inverse = Scalar(1) / sum;
+    for (Index j = 0; j < num_keys; ++j) row[j] *= inverse;
   }
 }
 

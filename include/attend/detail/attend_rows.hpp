@@ -20,6 +20,8 @@
 #include <attend/threads.hpp>
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 
 namespace attend {
 namespace detail {
@@ -29,7 +31,8 @@ namespace detail {
 // rows rarely start on one). The scores go through dot_tiny below, the weights times the values through
 // rows_times_matrix (detail/rows_times_matrix.hpp) on the value rows as they are: unaligned packets, a scalar tail.
 
-// sum_i a[i] b[i] over n entries: packets, then the n % size tail.
+// sum_i a[i] b[i] over n entries: packets, then the n % size tail (for floats in packets of 8 or 16, one more packet
+// under a mask of lanes, which Eigen 3.4 loads for those: a head of 20 then has no chain of scalar multiply-adds).
 template <class Scalar>
 Scalar dot_tiny(const Scalar* a, const Scalar* b, Index n) {
   namespace ei = Eigen::internal;
@@ -38,6 +41,14 @@ Scalar dot_tiny(const Scalar* a, const Scalar* b, Index n) {
   Packet sum = ei::pset1<Packet>(Scalar(0));
   Index i = 0;
   for (; i + size <= n; i += size) sum = ei::pmadd(ei::ploadu<Packet>(a + i), ei::ploadu<Packet>(b + i), sum);
+  if constexpr (std::is_same<Scalar, float>::value && (size == 8 || size == 16)) {
+    if (i < n) {
+      using Lanes = std::conditional_t<size == 16, std::uint16_t, std::uint8_t>;
+      const auto used = static_cast<Lanes>((1u << (n - i)) - 1u);  // lanes past n read as 0
+      sum = ei::pmadd(ei::ploadu<Packet>(a + i, used), ei::ploadu<Packet>(b + i, used), sum);
+    }
+    return ei::predux(sum);
+  }
   Scalar total = ei::predux(sum);
   for (; i < n; ++i) total += a[i] * b[i];
   return total;
