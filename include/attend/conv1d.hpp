@@ -10,13 +10,14 @@
 // goes on the right (left 1, right 2 for kernel_size 4). Like PyTorch this is a cross-correlation: the kernel is
 // not flipped.
 //
-// The forward pass is one matrix product with no im2col buffer: in a copy of X padded with zero steps, the receptive
-// field of output step s is kernel_size consecutive steps, so kernel_size * in_channels consecutive values; those rows
-// overlap, one step apart, and the product reads them with that row stride. W is reordered to match, transposed
+// The forward pass is one matrix product with no im2col buffer: the receptive field of output step s is kernel_size
+// consecutive steps, so kernel_size * in_channels consecutive values of X; those rows overlap, one step apart, and the
+// product reads them in place with that row stride (only the chunks of steps at either end of a batch row, whose
+// fields reach past it, read a copy with zero steps around it). W is reordered to match, transposed
 // (row t * in_channels + i holding W[o, i, t] in column o), and the product is attend's row kernel
 // (detail/rows_times_matrix.hpp), which reads it in place, unpacked: Eigen's GEMM, used before, packed both operands
 // on every call, and reached 85-118 GFLOP/s on the benchmark's shapes where the row kernel reaches 120-145 (one core of
-// the README's Emerald Rapids Xeon). Extra memory: the padded copy of X and the reordered W.
+// the README's Emerald Rapids Xeon). Extra memory: the reordered W, and per thread the copy of at most one chunk.
 //
 // Initialised as PyTorch does: W, then bias, uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)) with
 // fan_in = in_channels * kernel_size; W is drawn in its row-major order (o, i, t). state_dict() uses nn.Conv1d's
@@ -31,6 +32,7 @@
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <cmath>
+#include <vector>
 
 namespace attend {
 
@@ -70,15 +72,7 @@ class Conv1d : public Module {
     const Index batch = X.dimension(0), steps = X.dimension(1);
     const Index in = in_channels_, k = kernel_size_, width = in * k;
 
-    // 1. X with its padding: batch row b's steps in rows b * padded_steps + left .., zero rows around them.
-    const Index left = left_padding(), padded_steps = steps + k - 1;
-    Matrix<Scalar> padded(batch * padded_steps, in);  // (batch * (steps + k - 1), in)
-    for (Index b = 0; b < batch; ++b) {
-      padded.middleRows(b * padded_steps, left).setZero();
-      padded.middleRows(b * padded_steps + left, steps) = detail::slice(X, b);
-      padded.middleRows(b * padded_steps + left + steps, right_padding()).setZero();
-    }
-    // 2. W^T with W's last two axes swapped, (k * in, out): row t * in + i holds W[o, i, t] in column o; its rows
+    // 1. W^T with W's last two axes swapped, (k * in, out): row t * in + i holds W[o, i, t] in column o; its rows
     //    padded with zeros to whole packets, for the row kernel.
     const Index padded_out = detail::padded_to_packets<Scalar>(out_channels_);
     Matrix<Scalar> Wt(width, padded_out);  // (k * in, out rounded up to whole packets)
@@ -87,19 +81,34 @@ class Conv1d : public Module {
       for (Index i = 0; i < in; ++i)
         for (Index t = 0; t < k; ++t) Wt(t * in + i, o) = weight_(o, i, t);
 
-    // 3. Output step s of batch row b reads padded steps s .. s + k - 1 of its batch row: k * in consecutive values,
-    //    a row of a view whose rows overlap (one step, in values, apart). One product per chunk of steps with W^T.
+    // 2. Output step s of batch row b reads its batch row's steps s - left .. s - left + k - 1, zero outside the row:
+    //    k * in consecutive values of X, a row of a view whose rows overlap (one step, in values, apart). One product
+    //    per chunk of steps with W^T, reading X in place; a chunk at either end of a batch row (at most two per row),
+    //    whose windows reach past it, reads a copy of its steps with the zero rows around them, in a buffer of its
+    //    thread.
     Tensor3<Scalar> Y(batch, steps, out_channels_);  // (batch, steps, out)
+    const Index left = left_padding();
     const Index chunks = (steps + detail::rows_per_chunk - 1) / detail::rows_per_chunk;  // per batch row
     const double chunk_rows = static_cast<double>(std::min(steps, detail::rows_per_chunk));
     const double per_row = static_cast<double>(width) * static_cast<double>(out_channels_);
+    std::vector<Matrix<Scalar>> edges(static_cast<std::size_t>(num_threads()));  // (n + k - 1, in) each, when used
     // Chunks fixed by the shape, not by the number of threads: the same bits for any thread count.
     detail::parallel_for(batch * chunks, chunk_rows * per_row, static_cast<double>(batch * steps) * per_row,
-                         [&](Index item, int) {
+                         [&](Index item, int thread) {
       const Index b = item / chunks, s0 = item % chunks * detail::rows_per_chunk;
       const Index n = std::min(detail::rows_per_chunk, steps - s0);
-      const Scalar* windows = padded.data() + (b * padded_steps + s0) * in;  // (n, k * in), rows in apart
-      Scalar* Yc = Y.data() + (b * steps + s0) * out_channels_;              // (n, out)
+      const Index first = s0 - left, end = first + n + k - 1;  // the steps the windows read: [first, end)
+      const Scalar* windows;  // (n, k * in), rows in apart
+      if (first >= 0 && end <= steps) {
+        windows = X.data() + (b * steps + first) * in;
+      } else {
+        Matrix<Scalar>& edge = edges[static_cast<std::size_t>(thread)];
+        edge.setZero(n + k - 1, in);  // (n + k - 1, in): steps [first, end), zero outside [0, steps)
+        const Index lo = std::max<Index>(first, 0), hi = std::min(end, steps);
+        edge.middleRows(lo - first, hi - lo) = detail::slice(X, b).middleRows(lo, hi - lo);
+        windows = edge.data();
+      }
+      Scalar* Yc = Y.data() + (b * steps + s0) * out_channels_;  // (n, out)
       detail::rows_times_matrix<false>(windows, in, n, width, Wt.data(), padded_out, out_channels_, true,
                                        has_bias_ ? bias_.data() : nullptr, Yc, out_channels_);
     });
