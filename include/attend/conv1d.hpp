@@ -91,7 +91,9 @@ class Conv1d : public Module {
     const Index chunks = (steps + detail::rows_per_chunk - 1) / detail::rows_per_chunk;  // per batch row
     const double chunk_rows = static_cast<double>(std::min(steps, detail::rows_per_chunk));
     const double per_row = static_cast<double>(width) * static_cast<double>(out_channels_);
-    std::vector<Matrix<Scalar>> edges(static_cast<std::size_t>(num_threads()));  // (n + k - 1, in) each, when used
+    // A chunk's copy for each thread, allocated here: no allocation inside the parallel region.
+    const Index edge_rows = k > 1 && steps > 0 ? std::min(steps, detail::rows_per_chunk) + k - 1 : 0;
+    std::vector<Matrix<Scalar>> edges(static_cast<std::size_t>(num_threads()), Matrix<Scalar>(edge_rows, in));
     // Chunks fixed by the shape, not by the number of threads: the same bits for any thread count.
     detail::parallel_for(batch * chunks, chunk_rows * per_row, static_cast<double>(batch * steps) * per_row,
                          [&](Index item, int thread) {
@@ -102,8 +104,8 @@ class Conv1d : public Module {
       if (first >= 0 && end <= steps) {
         windows = X.data() + (b * steps + first) * in;
       } else {
-        Matrix<Scalar>& edge = edges[static_cast<std::size_t>(thread)];
-        edge.setZero(n + k - 1, in);  // (n + k - 1, in): steps [first, end), zero outside [0, steps)
+        auto edge = edges[static_cast<std::size_t>(thread)].topRows(n + k - 1);  // steps [first, end), 0 outside
+        edge.setZero();
         const Index lo = std::max<Index>(first, 0), hi = std::min(end, steps);
         edge.middleRows(lo - first, hi - lo) = detail::slice(X, b).middleRows(lo, hi - lo);
         windows = edge.data();

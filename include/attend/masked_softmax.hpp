@@ -39,6 +39,9 @@ Scalar flushed_exp(Scalar x) {
   return x < exp_underflow<Scalar>() ? Scalar(0) : std::exp(x);
 }
 
+// log2(e), rounded to float: the exponentials' change of base.
+constexpr float log2_e = 1.44269504088896341f;
+
 // exp(x) for a packet of x <= 0, flushed to 0 in the lanes where x < exp_underflow (a NaN stays NaN): the packet
 // form of flushed_exp. Elsewhere Eigen's pexp, then a select. For AVX-512 floats, Eigen's own AVX-512 pexp less the
 // steps that change nothing on that range — the clamp of x to [-88.38, 88.38] and the final max with x — with 2^m
@@ -55,7 +58,7 @@ Packet flushed_exp_packet(const Packet& x) {
   if constexpr (std::is_same<Scalar, float>::value && ei::unpacket_traits<Packet>::size == 16) {  // Packet16f
     const __mmask16 kept = _mm512_cmp_ps_mask(x, ei::pset1<Packet>(exp_underflow<float>()), _CMP_NLT_UQ);
     // x = m ln 2 + r, m = floor(x log2(e) + 1/2), |r| <= ln(2) / 2; exp(x) = 2^m exp(r)
-    const Packet m = ei::pfloor(ei::pmadd(x, ei::pset1<Packet>(1.44269504088896341f), ei::pset1<Packet>(0.5f)));
+    const Packet m = ei::pfloor(ei::pmadd(x, ei::pset1<Packet>(log2_e), ei::pset1<Packet>(0.5f)));
     const Packet r = _mm512_fmadd_ps(m, ei::pset1<Packet>(-0.6931471805599453f), x);
     const Packet r2 = ei::pmul(r, r), r3 = ei::pmul(r2, r);
     // exp(r) = 1 + r + r^2 (p5 + p4 r + ... + p0 r^5), two chains for instruction-level parallelism
@@ -117,7 +120,7 @@ Packet flushed_exp_packet_by(const Packet& x) {
 #ifdef EIGEN_VECTORIZE_AVX512
   if constexpr (ViaExp2) {
     namespace ei = Eigen::internal;
-    return flushed_exp2_packet(ei::pmul(x, ei::pset1<Packet>(1.44269504088896341f)));  // t = x log2(e)
+    return flushed_exp2_packet(ei::pmul(x, ei::pset1<Packet>(log2_e)));  // t = x log2(e)
   }
 #endif
   return flushed_exp_packet(x);
