@@ -1,7 +1,7 @@
 // Projections of at most 8 rows (detail/few_rows_projection.hpp, through detail/project_rows.hpp): X W^T + b against
 // the definition over the kernel's block shapes (rows 1-8 in one or two packets, inputs around its groups of 4 steps,
 // outputs around its blocks of 8 and groups of 4); infinities and NaNs where the definition puts them, nothing written
-// past the outputs; and the path itself: taken for floats with AVX-512 (the -march=native build), never elsewhere.
+// past the outputs; and the path itself: taken for floats with AVX-512 VL (the -march=native build), never elsewhere.
 #include <attend/detail/few_rows_projection.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/random.hpp>
@@ -130,7 +130,7 @@ TEMPLATE_TEST_CASE("project_rows on at most 8 rows reads W as it is: no W^T kept
   TransposedWeight<TestType> kept;
   const Matrix<TestType> first = projected(X, W, b, out, kept);
   const bool few = attend::detail::has_few_rows_projection<TestType> && rows <= attend::detail::few_rows;
-  // The kept W^T is made only by the other path: floats with AVX-512 on 8 rows leave it empty.
+  // The kept W^T is made only by the other path: floats with AVX-512 VL on 8 rows leave it empty.
   REQUIRE((kept.transposed().size() == 0) == few);
   W(99, 99) += TestType(1);
   const Matrix<TestType> second = projected(X, W, b, out, kept);
@@ -139,8 +139,8 @@ TEMPLATE_TEST_CASE("project_rows on at most 8 rows reads W as it is: no W^T kept
   REQUIRE((second.col(99).array() != first.col(99).array()).all());
 }
 
-TEST_CASE("The few-rows path exists exactly for floats with AVX-512", "[few_rows_projection]") {
-#ifdef EIGEN_VECTORIZE_AVX512
+TEST_CASE("The few-rows path exists exactly for floats with AVX-512 VL", "[few_rows_projection]") {
+#if defined(EIGEN_VECTORIZE_AVX512) && defined(__AVX512VL__)
   REQUIRE(attend::detail::has_few_rows_projection<float>);
 #else
   REQUIRE_FALSE(attend::detail::has_few_rows_projection<float>);

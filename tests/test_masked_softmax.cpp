@@ -212,9 +212,9 @@ TEMPLATE_TEST_CASE("flushed_exp_packet is 0 below exp_underflow and NaN for NaN,
   }
 }
 
-// The tiled kernel's exp through 2^(x log2 e) exists for floats with AVX-512 only (exp_via_exp2); built without
-// AVX-512, these tests check that it is off, which keeps the kernel on flushed_exp_packet (tested above).
-#ifdef EIGEN_VECTORIZE_AVX512
+// The tiled kernel's exp through 2^(x log2 e) exists for floats with AVX-512 DQ only (exp_via_exp2); built without
+// it, these tests check that it is off, which keeps the kernel on flushed_exp_packet (tested above).
+#ifdef EIGEN_VECTORIZE_AVX512DQ
 TEST_CASE("flushed_exp2_packet is within float's epsilon of 2^t on [exp2_underflow, 0]", "[masked_softmax]") {
   // Against std::exp2 in double (the definition, exact to far below float's precision), on every 64th float bit
   // pattern from -0 down to -126 (17.6 million), then the ends: the relative error, in units of float's epsilon
@@ -294,7 +294,7 @@ TEST_CASE("exp_shifted through exp2 writes exp(x - m) over lengths around whole 
   }
 }
 #else
-TEST_CASE("without AVX-512 the tiled kernel's softmax stays in base e", "[masked_softmax]") {
+TEST_CASE("without AVX-512 DQ the tiled kernel's softmax stays in base e", "[masked_softmax]") {
   STATIC_REQUIRE(!attend::detail::exp_via_exp2<float>);
   STATIC_REQUIRE(!attend::detail::exp_via_exp2<double>);
 }

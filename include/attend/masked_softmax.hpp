@@ -76,14 +76,14 @@ Packet flushed_exp_packet(const Packet& x) {
   return ei::pselect(ei::pcmp_lt(x, underflow), ei::pset1<Packet>(Scalar(0)), ei::pexp(x));
 }
 
-// Whether exp_shifted can take exp(x) as 2^(x log2 e) (flushed_exp2_packet): floats with AVX-512, whose vreduceps
+// Whether exp_shifted can take exp(x) as 2^(x log2 e) (flushed_exp2_packet): floats with AVX-512 DQ, whose vreduceps
 // and vscalefps split 2^t into a polynomial on [0, 1) and an exact power of two, in 10 instructions a packet against
 // flushed_exp_packet's 15. The product x log2(e) is rounded, which adds a relative error of up to |x| / 2 ulp to
 // exp(x): more than Eigen's exp far from 0; but in a softmax, where x = s - max <= 0 and the largest entry is 1, an
 // entry's error is then under |x| exp(x) / 2 ulp of 1, at most 0.19 ulp, and the sum keeps float's accuracy.
 template <class Scalar>
 constexpr bool exp_via_exp2 =
-#ifdef EIGEN_VECTORIZE_AVX512
+#ifdef EIGEN_VECTORIZE_AVX512DQ  // vreduceps is AVX-512 DQ's (every AVX-512 CPU since Skylake-SP has it)
     std::is_same<Scalar, float>::value;
 #else
     false;
@@ -92,7 +92,7 @@ constexpr bool exp_via_exp2 =
 // Below this, 2^t is under the smallest normal float.
 constexpr float exp2_underflow = -126.0f;
 
-#ifdef EIGEN_VECTORIZE_AVX512
+#ifdef EIGEN_VECTORIZE_AVX512DQ
 // 2^t for a packet of 16 floats t <= 0, flushed to 0 in the lanes where t < exp2_underflow (a NaN stays NaN), so
 // never a subnormal: with f = t - floor(t) in [0, 1) (vreduceps, exact), 2^t = p(f) 2^floor(t), p a degree-6
 // polynomial for 2^f and the power of two applied by vscalefps, exactly. p's coefficients: the relative-error minimax
@@ -117,7 +117,7 @@ inline Eigen::internal::Packet16f flushed_exp2_packet(const Eigen::internal::Pac
 // exp_via_exp2 holds) 2^(x log2 e), flushed where x log2(e) < exp2_underflow.
 template <bool ViaExp2, class Packet>
 Packet flushed_exp_packet_by(const Packet& x) {
-#ifdef EIGEN_VECTORIZE_AVX512
+#ifdef EIGEN_VECTORIZE_AVX512DQ
   if constexpr (ViaExp2) {
     namespace ei = Eigen::internal;
     return flushed_exp2_packet(ei::pmul(x, ei::pset1<Packet>(log2_e)));  // t = x log2(e)

@@ -29,16 +29,22 @@ namespace detail {
 constexpr Index few_rows = 8;
 constexpr Index few_rows_max_in = 512;
 
-// Whether few_rows_times_weight exists for Scalar in this build: floats with AVX-512.
+// Defined when few_rows_times_weight exists in this build: AVX-512 with its VL extension (the masked 128-bit loads and
+// stores; every AVX-512 CPU since Skylake-SP has it).
+#if defined(EIGEN_VECTORIZE_AVX512) && defined(__AVX512VL__)
+#define ATTEND_FEW_ROWS_PROJECTION 1
+#endif
+
+// Whether few_rows_times_weight exists for Scalar in this build: floats, with ATTEND_FEW_ROWS_PROJECTION.
 template <class Scalar>
 constexpr bool has_few_rows_projection =
-#ifdef EIGEN_VECTORIZE_AVX512
+#ifdef ATTEND_FEW_ROWS_PROJECTION
     std::is_same<Scalar, float>::value;
 #else
     false;
 #endif
 
-#ifdef EIGEN_VECTORIZE_AVX512
+#ifdef ATTEND_FEW_ROWS_PROJECTION
 // The floats of X's interleaved copy: for each group of 4 steps, two packets (rows 0-3, rows 4-7).
 constexpr Index few_rows_copy_size = (few_rows_max_in + 3) / 4 * 32;
 

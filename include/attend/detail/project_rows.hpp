@@ -64,7 +64,7 @@ void project_rows(const Eigen::Ref<const Matrix<Scalar>>& X, std::initializer_li
   using Rows = Eigen::Map<Matrix<Scalar>, 0, Eigen::OuterStride<>>;
   const Index rows = X.rows(), in = X.cols();
   if (rows == 0) return;
-#ifdef EIGEN_VECTORIZE_AVX512
+#ifdef ATTEND_FEW_ROWS_PROJECTION
   if constexpr (has_few_rows_projection<Scalar>) {
     if (rows <= few_rows && in <= few_rows_max_in) {
       alignas(64) float quads[few_rows_copy_size];  // (ceil(in / 4), 2, 16): X's rows interleaved
