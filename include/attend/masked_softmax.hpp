@@ -236,8 +236,9 @@ void masked_softmax_row(Scalar* row, Index num_keys, Index prefix, const bool* k
 // Rows shorter than a packet (the seed's have 4 keys), when the block is contiguous, go through steps 0 and 1 of
 // masked_softmax_row row by row, storing row[j] - m in place, then step 2 as one pass of packets over the whole block,
 // then step 3 row by row: one exp for every packet of the block, not one per row, each a chain of dependent
-// instructions. The same bits as masked_softmax_row (each exp is of the same row[j] - m; each sum over the row in
-// order from 0, as exp_shifted sums a row shorter than a packet). A row that the FullyMasked::zero rule empties is
+// instructions. The same bits as masked_softmax_row, NaNs aside (any NaN stays NaN, its sign and payload may differ):
+// each exp is of the same row[j] - m, each sum over the row in order from 0, as exp_shifted sums a row shorter than a
+// packet. A row that the FullyMasked::zero rule empties is
 // filled with -inf, whose exp is 0, and keeps that 0 (every other row's sum is at least exp(0) = 1, or NaN).
 template <class Derived>
 void masked_softmax_block(Eigen::MatrixBase<Derived>& scores, const Mask& mask, Index b) {
