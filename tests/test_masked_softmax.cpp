@@ -124,6 +124,8 @@ TEMPLATE_TEST_CASE("masked_softmax handles empty shapes", "[masked_softmax]", fl
   CHECK(attend::masked_softmax(no_keys, ValidLens{1, 0}).dimensions() == no_keys.dimensions());
   const Tensor3<TestType> no_batch(0, 3, 4);
   CHECK(attend::masked_softmax(no_batch).size() == 0);
+  const Tensor3<TestType> no_queries(2, 0, 3);  // keys fewer than a packet: the short-row pass must not touch a row
+  CHECK(attend::masked_softmax(no_queries, ValidLens{1, 2}).dimensions() == no_queries.dimensions());
 }
 
 TEMPLATE_TEST_CASE("masked_softmax rejects lengths of the wrong shape", "[masked_softmax][errors]", float, double) {

@@ -250,7 +250,7 @@ void masked_softmax_block(Eigen::MatrixBase<Derived>& scores, const Mask& mask, 
     return std::make_tuple(mask.visible_prefix(b, q, num_queries, num_keys), mask.keep_row(b, q), mask.fully_masked());
   };
   constexpr Index size = Eigen::internal::packet_traits<Scalar>::size;
-  if (num_keys >= size || num_queries == 1 || scores.derived().outerStride() != num_keys) {
+  if (num_keys >= size || num_queries <= 1 || scores.derived().outerStride() != num_keys) {  // 0 rows: no data
     for (Index q = 0; q < num_queries; ++q) {
       const auto [prefix, keep, rule] = masking(q);
       masked_softmax_row<Scalar>(&scores.derived().coeffRef(q, 0), num_keys, prefix, keep, rule);
