@@ -9,6 +9,7 @@
 #include <attend/multi_head_attention.hpp>
 #include <attend/random.hpp>
 #include <catch2/catch.hpp>
+#include <support/affine.hpp>
 #include <support/matchers.hpp>
 #include <support/random_tensor.hpp>
 
@@ -22,26 +23,8 @@ using attend::detail::TransposedWeight;
 
 namespace {
 
-// The definition, with explicit loops in double: Y[r, o] = sum_k X[r, k] W[o, k] + bias[o].
-template <class Scalar>
-Matrix<double> affine_by_definition(const Matrix<Scalar>& X, const Matrix<Scalar>& W, const Vector<Scalar>& bias) {
-  Matrix<double> Y(X.rows(), W.rows());  // (rows, out)
-  for (Index r = 0; r < X.rows(); ++r)
-    for (Index o = 0; o < W.rows(); ++o) {
-      double sum = bias.size() > 0 ? static_cast<double>(bias[o]) : 0.0;
-      for (Index k = 0; k < X.cols(); ++k) sum += static_cast<double>(X(r, k)) * static_cast<double>(W(o, k));
-      Y(r, o) = sum;
-    }
-  return Y;
-}
-
-template <class Scalar>
-Matrix<Scalar> random_matrix(Index rows, Index cols, std::uint64_t seed) {
-  attend::Generator generator(seed);
-  Matrix<Scalar> M(rows, cols);  // (rows, cols)
-  for (Index i = 0; i < M.size(); ++i) M.data()[i] = generator.uniform(Scalar(-1), Scalar(1));
-  return M;
-}
+using attend_test::affine_by_definition;
+using attend_test::random_matrix;
 
 // Y (rows, out) from the kept W^T, refreshed first.
 template <class Scalar>
