@@ -345,3 +345,64 @@ TEMPLATE_TEST_CASE("flash_attention_heads gives the same bits on 1 and 2 threads
   REQUIRE(std::memcmp(one.data(), two.data(), sizeof(TestType) * static_cast<std::size_t>(one.size())) == 0);
 }
 #endif
+
+TEMPLATE_TEST_CASE("predux_rows gives each row the bits of Eigen's predux", "[flash_attention]", float, double) {
+  // The whole-block softmax sums its rows' partial sums 16 rows at a time with AVX-512 floats (a transposed tree),
+  // one predux a row otherwise: the order of the adds must be predux's in both, so that a row's sum does not depend
+  // on which path computed it. Entries of mixed signs and magnitudes, where another order gives other bits.
+  namespace ei = Eigen::internal;
+  using Packet = typename ei::packet_traits<TestType>::type;
+  constexpr Index size = ei::packet_traits<TestType>::size;
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<double> mantissa(-1, 1);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  for (Index rows = 0; rows <= 40; ++rows) {
+    Matrix<TestType> partial(std::max<Index>(rows, 1), size);  // (rows, packet size)
+    for (Index i = 0; i < partial.size(); ++i)
+      partial.data()[i] = static_cast<TestType>(std::ldexp(mantissa(rng), exponent(rng)));
+    std::vector<TestType> sums(static_cast<std::size_t>(rows) + 1, TestType(-7));  // a sentinel past the rows
+    attend::detail::predux_rows(partial.data(), rows, sums.data());
+    CAPTURE(rows);
+    for (Index r = 0; r < rows; ++r) {
+      const TestType expected = ei::predux(ei::ploadu<Packet>(&partial.coeffRef(r, 0)));
+      REQUIRE(std::memcmp(&sums[static_cast<std::size_t>(r)], &expected, sizeof(TestType)) == 0);
+    }
+    REQUIRE(sums.back() == TestType(-7));
+  }
+}
+
+TEMPLATE_TEST_CASE("flash_attention_heads: a keep tensor that keeps every key gives the bits of no mask",
+                   "[flash_attention]", float, double) {
+  // Without a mask every key block goes through the whole-block softmax (online_softmax_whole_block); a keep tensor
+  // sends every block through the row-by-row loop. With every key kept the two must agree bit for bit: same maxima,
+  // same exponentials and rescaling factors, same sums. Scores up to about 8 in size, so that maxima grow from block
+  // to block; blocks of a whole number of packets and not.
+  const Shape s = GENERATE(Shape{2, 130, 600, 2, 32, 32}, Shape{1, 40, 257, 3, 16, 8}, Shape{1, 9, 33, 1, 5, 3});
+  const FlashBlocks blocks = GENERATE(attend::detail::flash_blocks<TestType>(), FlashBlocks{16, 32},
+                                      FlashBlocks{7, 3});
+  CAPTURE(describe(s), blocks.query_rows, blocks.key_rows);
+  std::mt19937 rng(41);
+  Inputs<TestType> in = random_inputs<TestType>(s, rng);
+  in.Q *= TestType(3);
+  Tensor3<bool> keep(s.batch, s.num_queries, s.num_keys);
+  keep.setConstant(true);
+  const auto unmasked = flash(in, s, Mask{}, blocks);
+  const auto kept = flash(in, s, Mask::keep(keep), blocks);
+  REQUIRE(std::memcmp(unmasked.data(), kept.data(), sizeof(TestType) * static_cast<std::size_t>(kept.size())) == 0);
+  REQUIRE_THAT(unmasked, attend_test::Near(direct(in, s, Mask{}), flash_tolerance<TestType>()));
+}
+
+TEMPLATE_TEST_CASE("flash_attention_heads on heads whose values span more than 1 MiB (copied head by head)",
+                   "[flash_attention]", float, double) {
+  // Values are copied head-major only when a pair's value rows, num_heads * dv apart, span over 1 MiB and are read by
+  // more than one query block: here 1100 keys x 4 heads x 64 values (1.1 MiB in float), 2 blocks of queries. With and
+  // without a mask, against the direct path.
+  const Shape s{1, 130, 1100, 4, 16, 64};
+  const int kind = GENERATE(0, 2, 4);
+  CAPTURE(mask_kinds[kind]);
+  std::mt19937 rng(43);
+  const auto in = random_inputs<TestType>(s, rng);
+  const Mask mask = make_mask(kind, s, rng);
+  const FlashBlocks blocks{128, attend::detail::flash_blocks<TestType>().key_rows};
+  REQUIRE_THAT(flash(in, s, mask, blocks), attend_test::Near(direct(in, s, mask), flash_tolerance<TestType>()));
+}

@@ -33,23 +33,16 @@ constexpr Scalar exp_underflow() {
   return std::is_same<Scalar, float>::value ? Scalar(-87.33654) : Scalar(-708.3964185322641);
 }
 
-// exp(x), with 0 where x < exp_underflow , for the scalar rescaling factors.
-template <class Scalar>
-Scalar flushed_exp(Scalar x) {
-  return x < exp_underflow<Scalar>() ? Scalar(0) : std::exp(x);
-}
-
 // log2(e), rounded to float: the exponentials' change of base.
 constexpr float log2_e = 1.44269504088896341f;
 
-// exp(x) for a packet of x <= 0, flushed to 0 in the lanes where x < exp_underflow (a NaN stays NaN): the packet
-// form of flushed_exp. Elsewhere Eigen's pexp, then a select. For AVX-512 floats, Eigen's own AVX-512 pexp less the
-// steps that change nothing on that range — the clamp of x to [-88.38, 88.38] and the final max with x — with 2^m
-// applied by one vscalefps instead of built from exponent bits and multiplied (exact either way: 2^m is a normal
-// number for m >= -126): the same bits as Eigen's pexp for every lane kept, in 15 instructions instead of 21
-// (tests/test_masked_softmax.cpp compares the two over the whole range); and the flush done by that vscalefps's zero
-// mask, one compare into a mask register, where g++ made three instructions of the select. The polynomial is
-// Cephes' expf (S. Moshier), as in Eigen.
+// exp(x) for a packet of x <= 0, flushed to 0 in the lanes where x < exp_underflow (a NaN stays NaN): Eigen's pexp,
+// then a select. For AVX-512 floats, Eigen's own AVX-512 pexp less the steps that change nothing on that range — the
+// clamp of x to [-88.38, 88.38] and the final max with x — with 2^m applied by one vscalefps instead of built from
+// exponent bits and multiplied (exact either way: 2^m is a normal number for m >= -126): the same bits as Eigen's pexp
+// for every lane kept, in 15 instructions instead of 21 (tests/test_masked_softmax.cpp compares the two over the whole
+// range); and the flush done by that vscalefps's zero mask, one compare into a mask register, where g++ made three
+// instructions of the select. The polynomial is Cephes' expf (S. Moshier), as in Eigen.
 template <class Packet>
 Packet flushed_exp_packet(const Packet& x) {
   namespace ei = Eigen::internal;
@@ -153,6 +146,21 @@ Scalar row_max(const Scalar* row, Index n) {
   return largest;
 }
 
+// exp_shifted's pass over whole packets: row[j] = exp(row[j] - m) for j < n, n a multiple of the packet size, shift
+// a packet of m. Returns the packet of partial sums: lane t the sum of the new row[j] over j = t mod size, in order.
+template <bool ViaExp2, class Scalar, class Packet>
+Packet exp_shifted_packets(Scalar* row, Index n, const Packet& shift) {
+  namespace ei = Eigen::internal;
+  constexpr Index size = ei::unpacket_traits<Packet>::size;
+  Packet sum = ei::pset1<Packet>(Scalar(0));
+  for (Index j = 0; j < n; j += size) {
+    const Packet e = flushed_exp_packet_by<ViaExp2>(ei::psub(ei::ploadu<Packet>(row + j), shift));
+    ei::pstoreu(row + j, e);
+    sum = ei::padd(sum, e);
+  }
+  return sum;
+}
+
 // row[j] = exp(row[j] - m), flushed to 0 where row[j] - m < exp_underflow; returns the sum of the new row[j].
 // row: (n), contiguous. One pass over Eigen's packets (its vectorised exp), the last one partial: a short row (the
 // seed's have 4 keys) costs one packet exp, not n calls of std::exp. Eigen 3.4's select() has no packet path, so the
@@ -165,14 +173,8 @@ Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
   using Packet = typename ei::packet_traits<Scalar>::type;
   constexpr Index size = ei::packet_traits<Scalar>::size;
   const Packet shift = ei::pset1<Packet>(m);
-  Packet sum = ei::pset1<Packet>(Scalar(0));
-  Index j = 0;
-  for (; j + size <= n; j += size) {
-    const Packet e = flushed_exp_packet_by<ViaExp2>(ei::psub(ei::ploadu<Packet>(row + j), shift));
-    ei::pstoreu(row + j, e);
-    sum = ei::padd(sum, e);
-  }
-  Scalar total = ei::predux(sum);
+  const Index j = n / size * size;
+  Scalar total = ei::predux(exp_shifted_packets<ViaExp2>(row, j, shift));
   if (j < n) {  // the last n - j < size entries, through one packet of which the lanes past n are ignored
     const Index tail = n - j;
     Scalar lanes[size];

@@ -19,9 +19,11 @@
 //       1. m' = max(m_i, max_{j visible} S_ij)
 //       2. P_ij = exp(S_ij - m') for a visible j (flushed to 0 under exp_underflow), 0 for a masked j
 //       3. a = exp(m_i - m'),  l_i = a l_i + sum_j P_ij,  O_i = a O_i,  m_i = m'
-//     (with AVX-512 floats, P_ij = 2^((S_ij - m') log2(e)): a shorter polynomial and one exact vscalefps;
-//     masked_softmax.hpp, exp_via_exp2. At heads of 32, where the exponential took a fifth of the time: 2-9 % less
-//     time for MultiHeadAttention at 1 thread, n = 1024 to 8192.)
+//     (with AVX-512 DQ floats, P_ij = 2^((S_ij - m') log2(e)), and a likewise: a shorter polynomial and one exact
+//     vscalefps; masked_softmax.hpp, exp_via_exp2. At heads of 32, where the exponential took a fifth of the time:
+//     2-9 % less time for MultiHeadAttention at 1 thread, n = 1024 to 8192. A key block that every row sees whole,
+//     every one when there is no mask, takes steps 1-3 for all rows at once, online_softmax_whole_block: the same
+//     bits as row by row, about 2 % less time at (4, 512, 256, 8 heads).)
 //     O += P V_blk                                            (br, dv)   detail/rows_times_matrix.hpp
 //   output row i = O_i / l_i, or, for a row that sees no key, the mask's FullyMasked rule.
 // Extra memory: the per-thread workspace below, O(Br (d + dv + Bc)), whatever the sequence length, and the head-major
@@ -105,6 +107,10 @@ struct FlashWorkspace {
     O.resize(blocks.query_rows, dv);
     m.resize(blocks.query_rows);
     l.resize(blocks.query_rows);
+    shift.resize(blocks.query_rows);
+    partial.resize(blocks.query_rows, row_packet_size<Scalar>);
+    block_sum.resize(blocks.query_rows);
+    rescale.setZero(padded_to_packets<Scalar>(blocks.query_rows));
     mean.resize(dv);
     first.resize(rows);
     last.resize(rows);
@@ -116,6 +122,10 @@ struct FlashWorkspace {
   Matrix<Scalar> O;                 // (Br, dv): unnormalised output
   Vector<Scalar> m;                 // (Br): running maximum of each row's visible scores
   Vector<Scalar> l;                 // (Br): running sum of exp(score - m); 0 until the row has seen a key
+  Vector<Scalar> shift;             // (Br): the m each row's exponentials of a whole block take
+  Vector<Scalar> rescale;           // (Br rounded up to whole packets): each row's a of a whole block
+  Matrix<Scalar> partial;           // (Br, packet size): each row's partial sums of exp over a whole block
+  Vector<Scalar> block_sum;         // (Br): their sums
   Vector<Scalar> mean;              // (dv): mean of the head's value rows, for FullyMasked::uniform
   std::vector<Index> first, last;   // (Br): each row's visible keys lie in [first, last); first == last: none
   std::vector<const bool*> keep;    // (Br): each row's keep row (num_keys), or null
@@ -132,7 +142,10 @@ struct FlashWorkspace {
 // next. The copies put each (batch row, head) pair's rows next to one another, V's rows padded with zeros to whole
 // packets for the row kernel. Measured (MultiHeadAttention, float, 1 thread, 8 heads of 32): 17-20 % less time at n =
 // 4096, 28 % at n = 8192. V is copied only when a pair has more than one query block: with one, each value row is read
-// once, and the copy would only read it once more (the kernel alone at (8, 128, 256, 8): 3 % less time without it).
+// once, and the copy would only read it once more (the kernel alone at (8, 128, 256, 8): 3 % less time without it);
+// and only when the rows it reads again span more than 1 MiB of V (half this L2), num_keys rows num_heads * dv apart:
+// below that they stay in L2 as they are (MultiHeadAttention at (4, 512, 256, 8 heads), 512 KiB: 1.7 % less time
+// without the copy; (1, 1024, 256, 8), 1 MiB: no difference; (1, 2048, 256, 8): 3 % more time without it).
 // K^T is copied P x P blocks at a time (detail/transpose.hpp: 10 % off the kernel alone at (8, 128, 256, 8)).
 template <class Scalar>
 struct FlashBuffers {
@@ -153,6 +166,99 @@ struct HeadKeys {
   View V;             // (num_keys, dv), rows readable in whole packets
 };
 
+// a = exp(old_max - new_max), the factor that carries a row's sums over to a larger maximum, flushed to 0 below
+// exp_underflow; by the packet exponential of the block's entries, so that both paths of flash_attention_block get the
+// same bits.
+template <class Scalar>
+Scalar rescale_factor(Scalar old_max, Scalar new_max) {
+  namespace ei = Eigen::internal;
+  return ei::pfirst(flushed_exp_packet_by<exp_via_exp2<Scalar>>(ei::pset1<RowPacket<Scalar>>(old_max - new_max)));
+}
+
+// sums[r] = predux(partial row r) for r < rows, partial: (rows, packet size) contiguous. The same bits as Eigen's
+// predux row by row (lanes j and j + 8 first, then j and j + 4, j and j + 2, j and j + 1); with AVX-512 DQ floats 16
+// rows at a time, as a transposed tree: 15 adds and 31 shuffles where 16 preduxes take 128 instructions and their
+// latencies.
+template <class Scalar>
+void predux_rows(const Scalar* partial, Index rows, Scalar* sums) {
+  namespace ei = Eigen::internal;
+  using Packet = RowPacket<Scalar>;
+  constexpr Index size = row_packet_size<Scalar>;
+  Index r = 0;
+#ifdef EIGEN_VECTORIZE_AVX512DQ
+  if constexpr (std::is_same<Scalar, float>::value && size == 16) {  // DQ: Eigen's predux<Packet16f> in this order
+    for (; r + 16 <= rows; r += 16) {
+      const float* p = partial + r * 16;
+      __m512 half[8], quarter[4], eighth[2];
+      for (int k = 0; k < 8; ++k) {  // rows 2k, 2k + 1: lanes j + (j + 8), j < 8, in 256-bit halves
+        const __m512 a = _mm512_loadu_ps(p + 32 * k), b = _mm512_loadu_ps(p + 32 * k + 16);
+        half[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+      }
+      for (int k = 0; k < 4; ++k)  // rows 4k .. 4k + 3, one per 128-bit lane: j + (j + 4), j < 4
+        quarter[k] = _mm512_add_ps(_mm512_shuffle_f32x4(half[2 * k], half[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(half[2 * k], half[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+      for (int k = 0; k < 2; ++k)  // lane c: rows 8k + c and 8k + c + 4, two entries each: j + (j + 2), j < 2
+        eighth[k] = _mm512_add_ps(_mm512_shuffle_ps(quarter[2 * k], quarter[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_ps(quarter[2 * k], quarter[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+      // element 4c + q: row c + 4q (0 + 1); the permutation puts row i at element i
+      const __m512 sum = _mm512_add_ps(_mm512_shuffle_ps(eighth[0], eighth[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_ps(eighth[0], eighth[1], _MM_SHUFFLE(3, 1, 3, 1)));
+      const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+      _mm512_storeu_ps(sums + r, _mm512_permutexvar_ps(order, sum));
+    }
+  }
+#endif
+  for (; r < rows; ++r) sums[r] = ei::predux(ei::ploadu<Packet>(partial + r * size));
+}
+
+// Steps 1-3 for a key block that every row of the work item sees whole (every block when there is no mask): the same
+// arithmetic as the row-by-row loop in flash_attention_block, but the rows' factors a computed as packets, and no
+// masks looked at. S: (br, bc) in ws.S; O: (br, dv) in ws.O.
+template <class Scalar>
+void online_softmax_whole_block(FlashWorkspace<Scalar>& ws, Index br, Index bc) {
+  namespace ei = Eigen::internal;
+  using Packet = RowPacket<Scalar>;
+  constexpr Index size = row_packet_size<Scalar>;
+  constexpr bool via_exp2 = exp_via_exp2<Scalar>;
+  constexpr Scalar inf = std::numeric_limits<Scalar>::infinity();
+  auto S = ws.S.topLeftCorner(br, bc);  // (br, bc)
+  Scalar* t = ws.rescale.data();        // (br): the exponent of a, then a
+  for (Index i = 0; i < br; ++i) {
+    const Scalar block_max = row_max(&S.coeffRef(i, 0), bc);
+    Scalar& m = ws.m(i);
+    t[i] = Scalar(0);  // a = 1 unless the maximum grows
+    if (block_max == -inf) {  // every score -inf (an overflow): the block adds nothing, as in the row-by-row loop;
+      S.row(i).setZero();     // exp(0 - inf) = 0
+      ws.shift(i) = inf;
+      continue;
+    }
+    if (ws.l(i) == Scalar(0)) {
+      m = block_max;
+    } else if (block_max > m) {
+      t[i] = m - block_max;
+      m = block_max;
+    }
+    ws.shift(i) = m;
+  }
+  for (Index i = 0; i < br; i += size)  // t's padding is 0
+    ei::pstoreu(t + i, flushed_exp_packet_by<via_exp2>(ei::ploadu<Packet>(t + i)));
+  Scalar* sum = ws.block_sum.data();  // (br)
+  if (bc % size == 0) {  // each row's sum as exp_shifted makes it, the rows' preduxes together
+    for (Index i = 0; i < br; ++i) {
+      const Packet shift = ei::pset1<Packet>(ws.shift(i));
+      ei::pstoreu(&ws.partial.coeffRef(i, 0), exp_shifted_packets<via_exp2>(&S.coeffRef(i, 0), bc, shift));
+    }
+    predux_rows(ws.partial.data(), br, sum);
+  } else {
+    for (Index i = 0; i < br; ++i) sum[i] = exp_shifted<Scalar, via_exp2>(&S.coeffRef(i, 0), bc, ws.shift(i));
+  }
+  for (Index i = 0; i < br; ++i) {
+    ws.l(i) = t[i] * ws.l(i) + sum[i];
+    if (t[i] != Scalar(1)) ws.O.row(i) *= t[i];
+  }
+}
+
 // One work item: rows q0 .. q0 + br - 1 of head h of batch row b, its keys and values in `keys`. Every other argument
 // as flash_attention_heads.
 template <class Scalar>
@@ -166,7 +272,8 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Head
   // Each row's visible range [first, last): the visible prefix, narrowed to the first and last kept key when there
   // is a keep row. The block's key loop covers the union of the rows' ranges.
   Index block_first = num_keys, block_last = 0;
-  bool any_fully_masked = false;
+  Index latest_first = 0, earliest_last = num_keys;  // every row sees all of [latest_first, earliest_last) ...
+  bool any_fully_masked = false, any_keep = false;   // ... unless it has a keep row
   for (Index i = 0; i < br; ++i) {
     const auto r = static_cast<std::size_t>(i);
     const Index prefix = mask.visible_prefix(b, q0 + i, num_queries, num_keys);
@@ -179,6 +286,9 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Head
     ws.first[r] = first;
     ws.last[r] = last;
     ws.keep[r] = keep;
+    latest_first = std::max(latest_first, first);
+    earliest_last = std::min(earliest_last, last);
+    any_keep = any_keep || keep != nullptr;
     if (first < last) {
       block_first = std::min(block_first, first);
       block_last = std::max(block_last, last);
@@ -202,7 +312,8 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Head
     const Scalar* panel = keys.KT + k0 / blocks.key_rows * keys.panel_size;  // (d, panel_width); d = 0: null + 0
     rows_times_matrix<false, Scalar>(Qs.data(), Qs.outerStride(), br, d, panel, keys.panel_width, bc, true, nullptr,
                                      S.data(), S.outerStride());
-    for (Index i = 0; i < br; ++i) {
+    const bool whole = !any_keep && latest_first <= k0 && k0 + bc <= earliest_last;  // every row sees every key
+    for (Index i = 0; !whole && i < br; ++i) {
       const auto r = static_cast<std::size_t>(i);
       // This row's visible keys in the block: columns [lo, hi), less the keep row's holes.
       const Index lo = std::clamp(ws.first[r] - k0, Index(0), bc), hi = std::clamp(ws.last[r] - k0, Index(0), bc);
@@ -236,7 +347,7 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Head
       if (l == Scalar(0)) {
         m = block_max;
       } else if (block_max > m) {
-        rescale = flushed_exp(m - block_max);
+        rescale = rescale_factor(m, block_max);
         m = block_max;
       }
       const Scalar seen_sum = exp_shifted<Scalar, exp_via_exp2<Scalar>>(&S.coeffRef(i, lo), hi - lo, m);
@@ -245,6 +356,7 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Head
       l = rescale * l + seen_sum;
       if (rescale != Scalar(1)) O.row(i) *= rescale;
     }
+    if (whole) online_softmax_whole_block(ws, br, bc);
     const auto Vb = V.middleRows(k0, bc);  // (bc, dv)
     if (mask.empty() || all_finite(Vb)) {  // with no mask every key is visible: a product over all of them is right
       rows_times_matrix<true, Scalar>(S.data(), S.outerStride(), br, bc, Vb.data(), Vb.outerStride(), dv, true,
@@ -302,9 +414,12 @@ void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
     output.setZero();
     return;
   }
-  // Head-major copies (see FlashBuffers): K^T always; V's when a head's value rows are read again by the pair's
-  // later query blocks, or whenever the row kernel could not read them in whole packets in place.
-  const bool copy_values = (num_heads > 1 && query_blocks > 1) || dv % row_packet_size<Scalar> != 0;
+  // Head-major copies (see FlashBuffers): K^T always; V's when a head's value rows, spread over more than 1 MiB, are
+  // read again by the pair's later query blocks, or whenever the row kernel could not read them in whole packets in
+  // place.
+  const double value_span = static_cast<double>(num_keys) * static_cast<double>(V.outerStride()) * sizeof(Scalar);
+  const bool copy_values = (num_heads > 1 && query_blocks > 1 && value_span > double(1 << 20)) ||
+                           dv % row_packet_size<Scalar> != 0;
   // Sized before the parallel region, so that running out of memory throws instead of ending the program there.
   const Index panels = (num_keys + blocks.key_rows - 1) / blocks.key_rows;
   const Index panel_width = padded_to_packets<Scalar>(blocks.key_rows), panel_size = d * panel_width;
