@@ -110,7 +110,7 @@ struct FlashWorkspace {
     shift.resize(blocks.query_rows);
     partial.resize(blocks.query_rows, row_packet_size<Scalar>);
     block_sum.resize(blocks.query_rows);
-    rescale.setZero(padded_to_packets<Scalar>(blocks.query_rows));
+    rescale.resize(padded_to_packets<Scalar>(blocks.query_rows));
     mean.resize(dv);
     first.resize(rows);
     last.resize(rows);
@@ -241,7 +241,8 @@ void online_softmax_whole_block(FlashWorkspace<Scalar>& ws, Index br, Index bc) 
     }
     ws.shift(i) = m;
   }
-  for (Index i = 0; i < br; i += size)  // t's padding is 0
+  for (Index i = br; i < padded_to_packets<Scalar>(br); ++i) t[i] = Scalar(0);  // the last packet's lanes past br
+  for (Index i = 0; i < br; i += size)
     ei::pstoreu(t + i, flushed_exp_packet_by<via_exp2>(ei::ploadu<Packet>(t + i)));
   Scalar* sum = ws.block_sum.data();  // (br)
   if (bc % size == 0) {  // each row's sum as exp_shifted makes it, the rows' preduxes together
