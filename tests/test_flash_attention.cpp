@@ -406,3 +406,24 @@ TEMPLATE_TEST_CASE("flash_attention_heads on heads whose values span more than 1
   const FlashBlocks blocks{128, attend::detail::flash_blocks<TestType>().key_rows};
   REQUIRE_THAT(flash(in, s, mask, blocks), attend_test::Near(direct(in, s, mask), flash_tolerance<TestType>()));
 }
+
+TEMPLATE_TEST_CASE("flash_attention_heads: a key block whose visible scores are all NaN makes its rows NaN",
+                   "[flash_attention]", float, double) {
+  // As on the direct path, where the softmax of a row with a NaN score is NaN: here after a block of finite scores, a
+  // last block that holds only NaN scores (NaN key rows), shorter than a packet and not, with and without a mask.
+  const Index num_keys = GENERATE(7, 9, 40);
+  const int kind = GENERATE(0, 1, 4);
+  const Shape s{1, 5, num_keys, 1, 4, 3};
+  CAPTURE(num_keys, mask_kinds[kind]);
+  std::mt19937 rng(47);
+  Inputs<TestType> in = random_inputs<TestType>(s, rng);
+  const Index first_nan = num_keys - 3;  // the last 3 keys: a block of its own with key blocks of 3 from 4 keys on
+  in.K.bottomRows(3).setConstant(std::numeric_limits<TestType>::quiet_NaN());
+  Tensor3<bool> keep(1, s.num_queries, num_keys);
+  keep.setConstant(true);
+  const Mask mask = kind == 0 ? Mask{} : kind == 1 ? Mask(ValidLens::per_batch({num_keys})) : Mask::keep(keep);
+  const Matrix<TestType> expected = direct(in, s, mask);
+  REQUIRE(expected.array().isNaN().all());
+  const FlashBlocks blocks = first_nan % 3 == 0 ? FlashBlocks{2, 3} : FlashBlocks{2, first_nan};
+  REQUIRE(flash(in, s, mask, blocks).array().isNaN().all());
+}

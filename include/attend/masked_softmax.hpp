@@ -121,8 +121,9 @@ Packet flushed_exp_packet_by(const Packet& x) {
 
 // max_j row[j] over n >= 1 entries, contiguous: two chains of packets, then the last n % size entries one by one.
 // Exact, so the same value as Eigen's maxCoeff; but that ran the last steps of a row segment as a scalar chain through
-// the stack (a fifth of the tiled kernel's own time at heads of 32). A NaN entry is skipped, as by Eigen's pmax; it
-// makes its own exp NaN, and so the row's sum and output.
+// the stack (a fifth of the tiled kernel's own time at heads of 32). A NaN entry is skipped or kept as Eigen's pmax
+// does (it keeps a NaN of the running maximum, skips one of the new packet); either way it makes its own exp NaN, and
+// so the row's sum and output. Entries all NaN or -inf may give -inf: callers check for it.
 template <class Scalar>
 Scalar row_max(const Scalar* row, Index n) {
   namespace ei = Eigen::internal;

@@ -228,8 +228,9 @@ void online_softmax_whole_block(FlashWorkspace<Scalar>& ws, Index br, Index bc) 
     const Scalar block_max = row_max(&S.coeffRef(i, 0), bc);
     Scalar& m = ws.m(i);
     t[i] = Scalar(0);  // a = 1 unless the maximum grows
-    if (block_max == -inf) {  // every score -inf (an overflow): the block adds nothing, as in the row-by-row loop;
-      S.row(i).setZero();     // exp(0 - inf) = 0
+    if (block_max == -inf) {  // every score -inf or NaN: as in the row-by-row loop, the block adds nothing, and a
+      if (S.row(i).array().isNaN().any()) ws.l(i) = std::numeric_limits<Scalar>::quiet_NaN();  // NaN makes l NaN
+      S.row(i).setZero();  // exp(0 - inf) = 0
       ws.shift(i) = inf;
       continue;
     }
@@ -338,8 +339,11 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Head
         }
       }
       const Scalar block_max = row_max(&S.coeffRef(i, lo), hi - lo);
-      if (block_max == -std::numeric_limits<Scalar>::infinity()) {  // every visible score -inf (an overflow): each
-        row.setZero();  // weight is 0 beside any finite score, so the block adds nothing (and -inf - -inf is no max)
+      if (block_max == -std::numeric_limits<Scalar>::infinity()) {  // every visible score -inf (an overflow) or NaN:
+        // a -inf weighs 0 beside any finite score, so the block adds nothing (and -inf - -inf is no max); a NaN makes
+        // the row's sum NaN, and so its output, as on the direct path
+        if (row.segment(lo, hi - lo).isNaN().any()) ws.l(i) = std::numeric_limits<Scalar>::quiet_NaN();
+        row.setZero();
         continue;
       }
       Scalar& m = ws.m(i);
