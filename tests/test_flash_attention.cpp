@@ -347,7 +347,8 @@ TEMPLATE_TEST_CASE("flash_attention_heads gives the same bits on 1 and 2 threads
 #endif
 
 TEMPLATE_TEST_CASE("predux_rows gives each row the bits of Eigen's predux", "[flash_attention]", float, double) {
-  // The whole-block softmax sums its rows' partial sums 16 rows at a time with AVX-512 floats (a transposed tree),
+  // The tiled kernel's softmax step, when every row sees the whole key block, sums its rows' partial sums 16 rows at
+  // a time with AVX-512 floats (a transposed tree),
   // one predux a row otherwise: the order of the adds must be predux's in both, so that a row's sum does not depend
   // on which path computed it. Entries of mixed signs and magnitudes, where another order gives other bits.
   namespace ei = Eigen::internal;
@@ -373,8 +374,9 @@ TEMPLATE_TEST_CASE("predux_rows gives each row the bits of Eigen's predux", "[fl
 
 TEMPLATE_TEST_CASE("flash_attention_heads: a keep tensor that keeps every key gives the bits of no mask",
                    "[flash_attention]", float, double) {
-  // Without a mask every key block goes through the whole-block softmax (online_softmax_whole_block); a keep tensor
-  // sends every block through the row-by-row loop. With every key kept the two must agree bit for bit: same maxima,
+  // Without a mask every row sees each whole key block, and online_softmax_step sums the rows' exponentials by whole
+  // packets, reduced 16 rows at a time (predux_rows); a keep tensor sends every block through exp_shifted row by row.
+  // With every key kept the two must agree bit for bit: same maxima,
   // same exponentials and rescaling factors, same sums. Scores up to about 8 in size, so that maxima grow from block
   // to block; blocks of a whole number of packets and not.
   const Shape s = GENERATE(Shape{2, 130, 600, 2, 32, 32}, Shape{1, 40, 257, 3, 16, 8}, Shape{1, 9, 33, 1, 5, 3});

@@ -21,9 +21,9 @@
 //       3. a = exp(m_i - m'),  l_i = a l_i + sum_j P_ij,  O_i = a O_i,  m_i = m'
 //     (with AVX-512 DQ floats, P_ij = 2^((S_ij - m') log2(e)), and a likewise: a shorter polynomial and one exact
 //     vscalefps; masked_softmax.hpp, exp_via_exp2. At heads of 32, where the exponential took a fifth of the time:
-//     2-9 % less time for MultiHeadAttention at 1 thread, n = 1024 to 8192. A key block that every row sees whole,
-//     every one when there is no mask, takes steps 1-3 for all rows at once, online_softmax_whole_block: the same
-//     bits as row by row, about 2 % less time at (4, 512, 256, 8 heads).)
+//     2-9 % less time for MultiHeadAttention at 1 thread, n = 1024 to 8192. Steps 1-3 go in passes over all the rows
+//     of the block, online_softmax_step: the factors a as packets, and when every row sees the whole block, the
+//     rows' sums reduced 16 at a time: about 2 % less time at (4, 512, 256, 8 heads).)
 //     O += P V_blk                                            (br, dv)   detail/rows_times_matrix.hpp
 //   output row i = O_i / l_i, or, for a row that sees no key, the mask's FullyMasked rule.
 // Extra memory: the per-thread workspace below, O(Br (d + dv + Bc)), whatever the sequence length, and the head-major
@@ -122,10 +122,10 @@ struct FlashWorkspace {
   Matrix<Scalar> O;                 // (Br, dv): unnormalised output
   Vector<Scalar> m;                 // (Br): running maximum of each row's visible scores
   Vector<Scalar> l;                 // (Br): running sum of exp(score - m); 0 until the row has seen a key
-  Vector<Scalar> shift;             // (Br): the m each row's exponentials of a whole block take
-  Vector<Scalar> rescale;           // (Br rounded up to whole packets): each row's a of a whole block
-  Matrix<Scalar> partial;           // (Br, packet size): each row's partial sums of exp over a whole block
-  Vector<Scalar> block_sum;         // (Br): their sums
+  Vector<Scalar> shift;             // (Br): the maximum each row's exponentials of a key block take
+  Vector<Scalar> rescale;           // (Br rounded up to whole packets): each row's a for a key block
+  Matrix<Scalar> partial;           // (Br, packet size): each row's partial sums of exp over a key block
+  Vector<Scalar> block_sum;         // (Br): each row's sum of exp over a key block
   Vector<Scalar> mean;              // (dv): mean of the head's value rows, for FullyMasked::uniform
   std::vector<Index> first, last;   // (Br): each row's visible keys lie in [first, last); first == last: none
   std::vector<const bool*> keep;    // (Br): each row's keep row (num_keys), or null
@@ -166,15 +166,6 @@ struct HeadKeys {
   View V;             // (num_keys, dv), rows readable in whole packets
 };
 
-// a = exp(old_max - new_max), the factor that carries a row's sums over to a larger maximum, flushed to 0 below
-// exp_underflow; by the packet exponential of the block's entries, so that both paths of flash_attention_block get the
-// same bits.
-template <class Scalar>
-Scalar rescale_factor(Scalar old_max, Scalar new_max) {
-  namespace ei = Eigen::internal;
-  return ei::pfirst(flushed_exp_packet_by<exp_via_exp2<Scalar>>(ei::pset1<RowPacket<Scalar>>(old_max - new_max)));
-}
-
 // sums[r] = predux(partial row r) for r < rows, partial: (rows, packet size) contiguous. The same bits as Eigen's
 // predux row by row (lanes j and j + 8 first, then j and j + 4, j and j + 2, j and j + 1); with AVX-512 DQ floats 16
 // rows at a time, as a transposed tree: 15 adds and 31 shuffles where 16 preduxes take 128 instructions and their
@@ -212,28 +203,58 @@ void predux_rows(const Scalar* partial, Index rows, Scalar* sums) {
   for (; r < rows; ++r) sums[r] = ei::predux(ei::ploadu<Packet>(partial + r * size));
 }
 
-// Steps 1-3 for a key block that every row of the work item sees whole (every block when there is no mask): the same
-// arithmetic as the row-by-row loop in flash_attention_block, but the rows' factors a computed as packets, and no
-// masks looked at. S: (br, bc) in ws.S; O: (br, dv) in ws.O.
+// Steps 1-3 for the key block [k0, k0 + bc) of a work item: its scores in ws.S (br, bc), each row's visible keys and
+// keep row in ws.first, ws.last and ws.keep. Row by row: the visible range [lo, hi) and the keep row's holes (set to
+// -inf), the block's maximum and the exponent of the row's factor a; then every row's a as packets; then each row's
+// exponentials and their sum, the entries outside [lo, hi) set to 0; then l and O rescaled. When every row sees the
+// whole block (every block without a mask) and the block is whole packets wide, the rows' partial sums are reduced
+// 16 at a time (predux_rows: the bits exp_shifted gives each row). A row that sees no key of the block gets a zero
+// row and a = 1: nothing added.
 template <class Scalar>
-void online_softmax_whole_block(FlashWorkspace<Scalar>& ws, Index br, Index bc) {
+void online_softmax_step(FlashWorkspace<Scalar>& ws, Index br, Index bc, Index k0) {
   namespace ei = Eigen::internal;
   using Packet = RowPacket<Scalar>;
   constexpr Index size = row_packet_size<Scalar>;
   constexpr bool via_exp2 = exp_via_exp2<Scalar>;
   constexpr Scalar inf = std::numeric_limits<Scalar>::infinity();
   auto S = ws.S.topLeftCorner(br, bc);  // (br, bc)
-  Scalar* t = ws.rescale.data();        // (br): the exponent of a, then a
+  Scalar* t = ws.rescale.data();        // (br): the exponent of each row's a, then a
+  const auto visible = [&](Index i) {   // row i's visible columns [lo, hi)
+    const auto r = static_cast<std::size_t>(i);
+    return std::make_pair(std::clamp(ws.first[r] - k0, Index(0), bc), std::clamp(ws.last[r] - k0, Index(0), bc));
+  };
+  bool all_whole = true;  // every row sees every key of the block
   for (Index i = 0; i < br; ++i) {
-    const Scalar block_max = row_max(&S.coeffRef(i, 0), bc);
-    Scalar& m = ws.m(i);
-    t[i] = Scalar(0);  // a = 1 unless the maximum grows
-    if (block_max == -inf) {  // every score -inf or NaN: as in the row-by-row loop, the block adds nothing, and a
-      if (S.row(i).array().isNaN().any()) ws.l(i) = std::numeric_limits<Scalar>::quiet_NaN();  // NaN makes l NaN
-      S.row(i).setZero();  // exp(0 - inf) = 0
-      ws.shift(i) = inf;
+    const auto [lo, hi] = visible(i);
+    const bool* keep = ws.keep[static_cast<std::size_t>(i)];
+    all_whole = all_whole && lo == 0 && hi == bc && keep == nullptr;
+    auto row = S.row(i).array();  // (bc)
+    t[i] = Scalar(0);             // a = 1 unless the maximum grows
+    ws.shift(i) = inf;            // until the row is seen to add something: its entries 0, and exp(0 - inf) = 0
+    bool kept = lo < hi;
+    if (kept && keep != nullptr) {
+      kept = false;
+      for (Index j = lo; j < hi; ++j) {
+        if (keep[k0 + j]) {
+          kept = true;
+        } else {
+          row(j) = -inf;  // exp(-inf - m) = 0 for any finite maximum m
+        }
+      }
+    }
+    if (!kept) {  // no key, or only holes here: nothing to add (a row's first kept key may come in a later block)
+      row.setZero();
       continue;
     }
+    const Scalar block_max = row_max(&S.coeffRef(i, lo), hi - lo);
+    if (block_max == -inf) {  // every visible score -inf (an overflow) or NaN: a -inf weighs 0 beside any finite
+      // score, so the block adds nothing (and -inf - -inf is no max); a NaN makes the row's sum NaN, and so its
+      // output, as on the direct path
+      if (row.segment(lo, hi - lo).isNaN().any()) ws.l(i) = std::numeric_limits<Scalar>::quiet_NaN();
+      row.setZero();
+      continue;
+    }
+    Scalar& m = ws.m(i);
     if (ws.l(i) == Scalar(0)) {
       m = block_max;
     } else if (block_max > m) {
@@ -246,14 +267,20 @@ void online_softmax_whole_block(FlashWorkspace<Scalar>& ws, Index br, Index bc) 
   for (Index i = 0; i < br; i += size)
     ei::pstoreu(t + i, flushed_exp_packet_by<via_exp2>(ei::ploadu<Packet>(t + i)));
   Scalar* sum = ws.block_sum.data();  // (br)
-  if (bc % size == 0) {  // each row's sum as exp_shifted makes it, the rows' preduxes together
+  if (all_whole && bc % size == 0) {  // each row's sum as exp_shifted makes it, the rows' preduxes together
     for (Index i = 0; i < br; ++i) {
       const Packet shift = ei::pset1<Packet>(ws.shift(i));
       ei::pstoreu(&ws.partial.coeffRef(i, 0), exp_shifted_packets<via_exp2>(&S.coeffRef(i, 0), bc, shift));
     }
     predux_rows(ws.partial.data(), br, sum);
   } else {
-    for (Index i = 0; i < br; ++i) sum[i] = exp_shifted<Scalar, via_exp2>(&S.coeffRef(i, 0), bc, ws.shift(i));
+    for (Index i = 0; i < br; ++i) {
+      const auto [lo, hi] = visible(i);
+      sum[i] = exp_shifted<Scalar, via_exp2>(&S.coeffRef(i, 0) + lo, hi - lo, ws.shift(i));  // lo <= hi
+      auto row = S.row(i).array();
+      if (lo > 0) row.head(lo).setZero();  // (Eigen may call memset even for no element: 2 calls a row add up)
+      if (hi < bc) row.tail(bc - hi).setZero();
+    }
   }
   for (Index i = 0; i < br; ++i) {
     ws.l(i) = t[i] * ws.l(i) + sum[i];
@@ -274,8 +301,7 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Head
   // Each row's visible range [first, last): the visible prefix, narrowed to the first and last kept key when there
   // is a keep row. The block's key loop covers the union of the rows' ranges.
   Index block_first = num_keys, block_last = 0;
-  Index latest_first = 0, earliest_last = num_keys;  // every row sees all of [latest_first, earliest_last) ...
-  bool any_fully_masked = false, any_keep = false;   // ... unless it has a keep row
+  bool any_fully_masked = false;
   for (Index i = 0; i < br; ++i) {
     const auto r = static_cast<std::size_t>(i);
     const Index prefix = mask.visible_prefix(b, q0 + i, num_queries, num_keys);
@@ -288,9 +314,6 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Head
     ws.first[r] = first;
     ws.last[r] = last;
     ws.keep[r] = keep;
-    latest_first = std::max(latest_first, first);
-    earliest_last = std::min(earliest_last, last);
-    any_keep = any_keep || keep != nullptr;
     if (first < last) {
       block_first = std::min(block_first, first);
       block_last = std::max(block_last, last);
@@ -314,54 +337,7 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Head
     const Scalar* panel = keys.KT + k0 / blocks.key_rows * keys.panel_size;  // (d, panel_width); d = 0: null + 0
     rows_times_matrix<false, Scalar>(Qs.data(), Qs.outerStride(), br, d, panel, keys.panel_width, bc, true, nullptr,
                                      S.data(), S.outerStride());
-    const bool whole = !any_keep && latest_first <= k0 && k0 + bc <= earliest_last;  // every row sees every key
-    for (Index i = 0; !whole && i < br; ++i) {
-      const auto r = static_cast<std::size_t>(i);
-      // This row's visible keys in the block: columns [lo, hi), less the keep row's holes.
-      const Index lo = std::clamp(ws.first[r] - k0, Index(0), bc), hi = std::clamp(ws.last[r] - k0, Index(0), bc);
-      auto row = S.row(i).array();  // (bc)
-      if (lo >= hi) {
-        row.setZero();
-        continue;
-      }
-      if (const bool* keep = ws.keep[r]) {
-        bool kept = false;
-        for (Index j = lo; j < hi; ++j) {
-          if (keep[k0 + j]) {
-            kept = true;
-          } else {
-            row(j) = -std::numeric_limits<Scalar>::infinity();  // exp(-inf - m) = 0 for any finite maximum m
-          }
-        }
-        if (!kept) {  // only holes here: nothing to add (the row's first kept key came in an earlier block)
-          row.setZero();
-          continue;
-        }
-      }
-      const Scalar block_max = row_max(&S.coeffRef(i, lo), hi - lo);
-      if (block_max == -std::numeric_limits<Scalar>::infinity()) {  // every visible score -inf (an overflow) or NaN:
-        // a -inf weighs 0 beside any finite score, so the block adds nothing (and -inf - -inf is no max); a NaN makes
-        // the row's sum NaN, and so its output, as on the direct path
-        if (row.segment(lo, hi - lo).isNaN().any()) ws.l(i) = std::numeric_limits<Scalar>::quiet_NaN();
-        row.setZero();
-        continue;
-      }
-      Scalar& m = ws.m(i);
-      Scalar& l = ws.l(i);
-      Scalar rescale = Scalar(1);  // a = exp(m_old - m_new)
-      if (l == Scalar(0)) {
-        m = block_max;
-      } else if (block_max > m) {
-        rescale = rescale_factor(m, block_max);
-        m = block_max;
-      }
-      const Scalar seen_sum = exp_shifted<Scalar, exp_via_exp2<Scalar>>(&S.coeffRef(i, lo), hi - lo, m);
-      if (lo > 0) row.head(lo).setZero();  // (Eigen may call memset even for no element: 2 calls a row add up)
-      if (hi < bc) row.tail(bc - hi).setZero();
-      l = rescale * l + seen_sum;
-      if (rescale != Scalar(1)) O.row(i) *= rescale;
-    }
-    if (whole) online_softmax_whole_block(ws, br, bc);
+    online_softmax_step(ws, br, bc, k0);
     const auto Vb = V.middleRows(k0, bc);  // (bc, dv)
     if (mask.empty() || all_finite(Vb)) {  // with no mask every key is visible: a product over all of them is right
       rows_times_matrix<true, Scalar>(S.data(), S.outerStride(), br, bc, Vb.data(), Vb.outerStride(), dv, true,
