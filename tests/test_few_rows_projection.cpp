@@ -1,8 +1,9 @@
-// Projections of at most 8 rows (detail/few_rows_projection.hpp, through detail/project_rows.hpp): X W^T + b against
+// Projections of at most 8 rows (detail/avx512/few_rows_projection.hpp, through detail/project_rows.hpp): X W^T + b against
 // the definition over the kernel's block shapes (rows 1-8 in one or two packets, inputs around its groups of 4 steps,
 // outputs around its blocks of 8 and groups of 4); infinities and NaNs where the definition puts them, nothing written
-// past the outputs; and the path itself: taken for floats with AVX-512 VL (the -march=native build), never elsewhere.
-#include <attend/detail/few_rows_projection.hpp>
+// past the outputs; and the path itself: taken for floats on the avx512 level, never elsewhere. The suite runs once
+// per level (ATTEND_ISA), so these check every level's projections of few rows.
+#include <attend/detail/kernels.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/random.hpp>
 #include <catch2/catch.hpp>
@@ -60,7 +61,7 @@ TEMPLATE_TEST_CASE("project_rows on at most 8 rows gives X W^T + b, and writes n
   // rows: one packet of 4 rows or two; in: around the groups of 4 steps, the seed's 100, few_rows_max_in;
   // out: around the blocks of 8 outputs and the groups of 4.
   const Index rows = GENERATE(1, 3, 4, 5, 8);
-  const Index in = GENERATE(1, 2, 3, 4, 5, 7, 8, 100, attend::detail::few_rows_max_in);
+  const Index in = GENERATE(1, 2, 3, 4, 5, 7, 8, 100, attend::detail::tuning::few_rows_max_in);
   const Index out = GENERATE(1, 3, 4, 5, 8, 9, 13, 100);
   const bool bias = GENERATE(true, false);
   CAPTURE(rows, in, out, bias);
@@ -112,8 +113,9 @@ TEMPLATE_TEST_CASE("project_rows on at most 8 rows reads W as it is: no W^T kept
   const Matrix<TestType> X = random_matrix<TestType>(rows, in, 8);  // (rows, in)
   TransposedWeight<TestType> kept;
   const Matrix<TestType> first = projected(X, W, b, out, kept);
-  const bool few = attend::detail::has_few_rows_projection<TestType> && rows <= attend::detail::few_rows;
-  // The kept W^T is made only by the other path: floats with AVX-512 VL on 8 rows leave it empty.
+  const bool few = attend::detail::kernels<TestType>().few_rows_projection != nullptr &&
+                   rows <= attend::detail::tuning::few_rows;
+  // The kept W^T is made only by the other path: floats on the avx512 level, 8 rows, leave it empty.
   REQUIRE((kept.transposed().size() == 0) == few);
   W(99, 99) += TestType(1);
   const Matrix<TestType> second = projected(X, W, b, out, kept);
@@ -122,11 +124,14 @@ TEMPLATE_TEST_CASE("project_rows on at most 8 rows reads W as it is: no W^T kept
   REQUIRE((second.col(99).array() != first.col(99).array()).all());
 }
 
-TEST_CASE("The few-rows path exists exactly for floats with AVX-512 VL", "[few_rows_projection]") {
-#if defined(EIGEN_VECTORIZE_AVX512) && defined(__AVX512VL__)
-  REQUIRE(attend::detail::has_few_rows_projection<float>);
-#else
-  REQUIRE_FALSE(attend::detail::has_few_rows_projection<float>);
+TEST_CASE("The few-rows path exists exactly for floats on the avx512 level", "[few_rows_projection]") {
+  using attend::Isa;
+  using attend::detail::kernels_for;
+#ifdef ATTEND_X86_DISPATCH
+  REQUIRE(kernels_for<float>(Isa::avx512).few_rows_projection != nullptr);
+  REQUIRE(kernels_for<float>(Isa::avx2).few_rows_projection == nullptr);
+  REQUIRE(kernels_for<double>(Isa::avx512).few_rows_projection == nullptr);
 #endif
-  REQUIRE_FALSE(attend::detail::has_few_rows_projection<double>);
+  REQUIRE(kernels_for<float>(Isa::generic).few_rows_projection == nullptr);
+  REQUIRE(kernels_for<double>(Isa::generic).few_rows_projection == nullptr);
 }

@@ -346,36 +346,11 @@ TEMPLATE_TEST_CASE("flash_attention_heads gives the same bits on 1 and 2 threads
 }
 #endif
 
-TEMPLATE_TEST_CASE("predux_rows gives each row the bits of Eigen's predux", "[flash_attention]", float, double) {
-  // The tiled kernel's softmax step, when every row sees the whole key block, sums its rows' partial sums 16 rows at
-  // a time with AVX-512 floats (a transposed tree),
-  // one predux a row otherwise: the order of the adds must be predux's in both, so that a row's sum does not depend
-  // on which path computed it. Entries of mixed signs and magnitudes, where another order gives other bits.
-  namespace ei = Eigen::internal;
-  using Packet = typename ei::packet_traits<TestType>::type;
-  constexpr Index size = ei::packet_traits<TestType>::size;
-  std::mt19937 rng(31);
-  std::uniform_real_distribution<double> mantissa(-1, 1);
-  std::uniform_int_distribution<int> exponent(-20, 20);
-  for (Index rows = 0; rows <= 40; ++rows) {
-    Matrix<TestType> partial(std::max<Index>(rows, 1), size);  // (rows, packet size)
-    for (Index i = 0; i < partial.size(); ++i)
-      partial.data()[i] = static_cast<TestType>(std::ldexp(mantissa(rng), exponent(rng)));
-    std::vector<TestType> sums(static_cast<std::size_t>(rows) + 1, TestType(-7));  // a sentinel past the rows
-    attend::detail::predux_rows(partial.data(), rows, sums.data());
-    CAPTURE(rows);
-    for (Index r = 0; r < rows; ++r) {
-      const TestType expected = ei::predux(ei::ploadu<Packet>(&partial.coeffRef(r, 0)));
-      REQUIRE(std::memcmp(&sums[static_cast<std::size_t>(r)], &expected, sizeof(TestType)) == 0);
-    }
-    REQUIRE(sums.back() == TestType(-7));
-  }
-}
-
 TEMPLATE_TEST_CASE("flash_attention_heads: a keep tensor that keeps every key gives the bits of no mask",
                    "[flash_attention]", float, double) {
   // Without a mask every row sees each whole key block, and online_softmax_step sums the rows' exponentials by whole
-  // packets, reduced 16 rows at a time (predux_rows); a keep tensor sends every block through exp_shifted row by row.
+  // packets, reduced all rows at once (Simd::reduce_add_rows: a transposed tree on the avx512 level); a keep tensor
+  // sends every block through exp_shifted row by row.
   // With every key kept the two must agree bit for bit: same maxima,
   // same exponentials and rescaling factors, same sums. Scores up to about 8 in size, so that maxima grow from block
   // to block; blocks of a whole number of packets and not.

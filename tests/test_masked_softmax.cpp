@@ -9,7 +9,9 @@
 #include <type_traits>
 #include <support/fixture.hpp>
 #include <support/lens.hpp>
+#include <support/levels.hpp>
 #include <support/matchers.hpp>
+#include <vector>
 
 using attend::Index;
 using attend::Tensor3;
@@ -141,188 +143,132 @@ TEMPLATE_TEST_CASE("masked_softmax rejects lengths of the wrong shape", "[masked
                                                   "queries), got (2, 2)"));
 }
 
-TEMPLATE_TEST_CASE("flushed_exp_packet gives Eigen's vectorised exp bit for bit on [exp_underflow, 0]",
-                   "[masked_softmax]", float, double) {
-  // The softmax's exp (a shortened Eigen pexp on AVX-512 floats, Eigen's pexp elsewhere) against Eigen's pexp itself,
-  // the reference, on evenly spaced bit patterns from -0 down to exp_underflow: every 64th float (17.5 million),
-  // 4 million doubles; then both ends and a tiny value.
-  namespace ei = Eigen::internal;
-  using Packet = typename ei::packet_traits<TestType>::type;
-  constexpr Index size = ei::packet_traits<TestType>::size;
+// The bound each level's exp keeps against exp(x) for x <= 0, relative, in units of Scalar's epsilon: Cephes'
+// polynomials (generic: Eigen's pexp; avx2; avx512 doubles) within a few ulp; avx512 floats, computed as 2^(x log2 e),
+// within 1 ulp for the polynomial and vscalefps, plus |x| / 2 ulp for the rounding of x log2(e) (the comment of
+// detail/avx512/simd.hpp).
+template <class Scalar>
+double exp_bound(attend::Isa isa, double x) {
+  if (isa == attend::Isa::avx512 && sizeof(Scalar) == 4) return 1.0 + std::abs(x) / 2;
+  return 4.0;
+}
+
+TEMPLATE_TEST_CASE("every level's exp is within its bound of exp(x) on [exp_underflow, 0]", "[masked_softmax]",
+                   float, double) {
+  // Against std::exp in long double (the definition) on evenly spaced bit patterns from -0 down to exp_underflow:
+  // every 64th float (17.5 million), 4 million doubles; then both ends and a tiny value. Through exp_shifted with
+  // m = 0, which applies the level's packet exp to every entry.
   const TestType lowest = attend::detail::exp_underflow<TestType>();
   const Bits<TestType> step =
       sizeof(TestType) == 4 ? Bits<TestType>(64) : (bits_of(lowest) - bits_of(TestType(-0.0))) / 4000000;
-  Index mismatches = 0, compared = 0;
-  const auto compare = [&](const TestType* lanes) {
-    TestType ours[size], eigen[size];
-    const Packet x = ei::ploadu<Packet>(lanes);
-    ei::pstoreu(ours, attend::detail::flushed_exp_packet(x));
-    ei::pstoreu(eigen, ei::pexp(x));
-    mismatches += std::memcmp(ours, eigen, sizeof ours) != 0;
-    compared += size;
-  };
-  for_each_packet_down_to<TestType, size>(lowest, step, compare);
-  TestType lanes[size];
-  for (Index j = 0; j < size; ++j) lanes[j] = j % 3 == 0 ? lowest : j % 3 == 1 ? TestType(-0.0) : TestType(-1e-30);
-  compare(lanes);
-  CAPTURE(compared);
-  REQUIRE(mismatches == 0);
+  std::vector<TestType> xs;
+  const auto collect = [&](const TestType* lanes) { xs.insert(xs.end(), lanes, lanes + 16); };
+  for_each_packet_down_to<TestType, 16>(lowest, step, collect);
+  for (TestType x : {lowest, TestType(-0.0), TestType(-1e-30)}) xs.push_back(x);
+  for (attend::Isa isa : attend_test::levels()) {
+    CAPTURE(attend::isa_name(isa));
+    std::vector<TestType> ours = xs;
+    attend::detail::kernels_for<TestType>(isa).exp_shifted(ours.data(), static_cast<Index>(ours.size()), TestType(0));
+    double worst = 0;  // the largest error over the bound
+    TestType worst_at = 0;
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      // avx512's floats flush where x log2(e), rounded, is under -126: at most an ulp above exp_underflow
+      if (isa == attend::Isa::avx512 && sizeof(TestType) == 4 && ours[i] == TestType(0) &&
+          static_cast<float>(xs[i]) * attend::detail::log2_e < -126.0f)
+        continue;
+      const long double exact = std::exp(static_cast<long double>(xs[i]));
+      const double error = static_cast<double>(std::abs(static_cast<long double>(ours[i]) - exact) / exact) /
+                           static_cast<double>(std::numeric_limits<TestType>::epsilon());
+      const double over = error / exp_bound<TestType>(isa, static_cast<double>(xs[i]));
+      if (over > worst) {
+        worst = over;
+        worst_at = xs[i];
+      }
+    }
+    CAPTURE(xs.size(), worst, worst_at);
+    REQUIRE(xs.size() > 4000000);
+    REQUIRE(worst <= 1.0);
+  }
 }
 
 TEMPLATE_TEST_CASE("row_max is the largest entry over lengths around whole and double packets", "[masked_softmax]",
                    float, double) {
   // Against std::max_element (the definition), the largest entry placed at every position in turn, the others
-  // random; lengths 1 .. 3 packets + 3 cover the two-chain loop, the single packet after it and the partial tail.
-  constexpr Index size = Eigen::internal::packet_traits<TestType>::size;
-  for (Index n = 1; n <= 3 * size + 3; ++n) {
-    for (Index at = 0; at < n; ++at) {
-      attend::Vector<TestType> row = attend::Vector<TestType>::Random(n).array() - TestType(5);  // in [-6, -4]
-      row(at) = TestType(-3.5) - TestType(0.01) * at;
-      CAPTURE(n, at);
-      REQUIRE(attend::detail::row_max(row.data(), n) == *std::max_element(row.data(), row.data() + n));
-    }
-  }
-  const TestType minus_inf = -std::numeric_limits<TestType>::infinity();
-  const TestType all_minus_inf[3] = {minus_inf, minus_inf, minus_inf};
-  REQUIRE(attend::detail::row_max(all_minus_inf, 3) == minus_inf);
-}
-
-TEMPLATE_TEST_CASE("flushed_exp_packet is 0 below exp_underflow and NaN for NaN, lane by lane", "[masked_softmax]",
-                   float, double) {
-  // The flush rule of flushed_exp (exp_underflow's comment), in a packet that mixes flushed, kept and NaN lanes.
-  namespace ei = Eigen::internal;
-  using Packet = typename ei::packet_traits<TestType>::type;
-  constexpr Index size = ei::packet_traits<TestType>::size;
-  const TestType lowest = attend::detail::exp_underflow<TestType>();
-  const TestType below[] = {std::nextafter(lowest, TestType(-1000)), lowest - 1, TestType(-1e6),
-                            -std::numeric_limits<TestType>::infinity()};
-  const TestType nan = std::numeric_limits<TestType>::quiet_NaN();
-  TestType lanes[size], out[size];
-  for (Index j = 0; j < size; ++j) lanes[j] = j % 3 == 0 ? below[(j / 3) % 4] : j % 3 == 1 ? nan : TestType(-1) * j;
-  ei::pstoreu(out, attend::detail::flushed_exp_packet(ei::ploadu<Packet>(lanes)));
-  for (Index j = 0; j < size; ++j) {
-    CAPTURE(j, lanes[j], out[j]);
-    if (j % 3 == 0) {
-      REQUIRE(out[j] == TestType(0));
-      REQUIRE(!std::signbit(out[j]));
-    } else if (j % 3 == 1) {
-      REQUIRE(std::isnan(out[j]));
-    } else {
-      REQUIRE_THAT(out[j], Catch::Matchers::WithinRel(std::exp(lanes[j]),
-                                                      TestType(4) * std::numeric_limits<TestType>::epsilon()));
-    }
-  }
-}
-
-// The tiled kernel's exp through 2^(x log2 e) exists for floats with AVX-512 DQ only (exp_via_exp2); built without
-// it, these tests check that it is off, which keeps the kernel on flushed_exp_packet (tested above).
-#ifdef EIGEN_VECTORIZE_AVX512DQ
-TEST_CASE("flushed_exp2_packet is within float's epsilon of 2^t on [exp2_underflow, 0]", "[masked_softmax]") {
-  // Against std::exp2 in double (the definition, exact to far below float's precision), on every 64th float bit
-  // pattern from -0 down to -126 (17.6 million), then the ends: the relative error, in units of float's epsilon
-  // (2^-23, an ulp at 1; a result just under a power of two has ulps half as wide).
-  namespace ei = Eigen::internal;
-  STATIC_REQUIRE(attend::detail::exp_via_exp2<float>);
-  STATIC_REQUIRE(!attend::detail::exp_via_exp2<double>);
-  double worst = 0;
-  float worst_at = 0;
-  Index compared = 0;
-  const auto compare = [&](const float* lanes) {
-    float ours[16];
-    ei::pstoreu(ours, attend::detail::flushed_exp2_packet(ei::ploadu<ei::Packet16f>(lanes)));
-    for (int j = 0; j < 16; ++j) {
-      const double exact = std::exp2(static_cast<double>(lanes[j]));
-      const double relative = std::abs(static_cast<double>(ours[j]) - exact) / exact;
-      const double error = relative / static_cast<double>(std::numeric_limits<float>::epsilon());
-      if (error > worst) {
-        worst = error;
-        worst_at = lanes[j];
+  // random; lengths 1 .. 3 packets + 3 of the widest level cover the two-chain loop, the single packet after it and
+  // the partial tail on every level.
+  constexpr Index size = attend::detail::row_packet_size<TestType>;
+  for (attend::Isa isa : attend_test::levels()) {
+    const auto& kernel = attend::detail::kernels_for<TestType>(isa);
+    for (Index n = 1; n <= 3 * size + 3; ++n) {
+      for (Index at = 0; at < n; ++at) {
+        attend::Vector<TestType> row = attend::Vector<TestType>::Random(n).array() - TestType(5);  // in [-6, -4]
+        row(at) = TestType(-3.5) - TestType(0.01) * at;
+        CAPTURE(attend::isa_name(isa), n, at);
+        REQUIRE(kernel.row_max(row.data(), n) == *std::max_element(row.data(), row.data() + n));
       }
     }
-    compared += 16;
-  };
-  for_each_packet_down_to<float, 16>(attend::detail::exp2_underflow, 64, compare);
-  float lanes[16];
-  for (int j = 0; j < 16; ++j) lanes[j] = j % 4 == 0 ? -126.0f : j % 4 == 1 ? -0.0f : j % 4 == 2 ? -1e-30f : -1.0f * j;
-  compare(lanes);
-  CAPTURE(compared, worst, worst_at);
-  REQUIRE(compared > 17000000);
-  REQUIRE(worst <= 1.0);  // measured: 0.705, at t = -0.00036
-}
-
-TEST_CASE("flushed_exp2_packet is 0 below exp2_underflow and NaN for NaN, lane by lane", "[masked_softmax]") {
-  // The flush rule of flushed_exp2_packet, in a packet that mixes flushed, kept and NaN lanes; 2^-126 itself is kept.
-  namespace ei = Eigen::internal;
-  const float lowest = attend::detail::exp2_underflow;
-  const float below[] = {std::nextafter(lowest, -1000.0f), lowest - 1, -1e6f, -std::numeric_limits<float>::infinity()};
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  float lanes[16], out[16];
-  for (int j = 0; j < 16; ++j) lanes[j] = j % 3 == 0 ? below[(j / 3) % 4] : j % 3 == 1 ? nan : -0.5f * j;
-  lanes[2] = lowest;
-  ei::pstoreu(out, attend::detail::flushed_exp2_packet(ei::ploadu<ei::Packet16f>(lanes)));
-  for (int j = 0; j < 16; ++j) {
-    CAPTURE(j, lanes[j], out[j]);
-    if (j % 3 == 0) {
-      REQUIRE(out[j] == 0.0f);
-      REQUIRE(!std::signbit(out[j]));
-    } else if (j % 3 == 1) {
-      REQUIRE(std::isnan(out[j]));
-    } else {
-      REQUIRE_THAT(out[j], Catch::Matchers::WithinRel(std::exp2(lanes[j]), std::numeric_limits<float>::epsilon()));
-    }
+    const TestType minus_inf = -std::numeric_limits<TestType>::infinity();
+    const TestType all_minus_inf[3] = {minus_inf, minus_inf, minus_inf};
+    REQUIRE(kernel.row_max(all_minus_inf, 3) == minus_inf);
   }
-  REQUIRE(out[2] == std::numeric_limits<float>::min());  // 2^-126, the smallest normal float
 }
 
-TEST_CASE("exp_shifted through exp2 writes exp(x - m) over lengths around whole packets, and nothing past them",
-          "[masked_softmax]") {
-  // As the base-e test below, against std::exp: the packet loop and the masked last packet. Within 1 ulp for the
-  // polynomial and |x - m| / 2 <= 4 ulp for the rounding of (x - m) log2(e) (exp_via_exp2's comment).
-  const float eps = std::numeric_limits<float>::epsilon();
-  for (Index n = 1; n <= 3 * 16 + 3; ++n) {
-    attend::Vector<float> row = 4.0f * attend::Vector<float>::Random(n + 1);  // in [-4, 4]
-    row(n) = 123.0f;                                                          // the sentinel
-    const attend::Vector<float> before = row;
-    const float m = 4.0f;
-    const float sum = attend::detail::exp_shifted<float, true>(row.data(), n, m);
-    CAPTURE(n);
-    float expected_sum = 0;
+TEMPLATE_TEST_CASE("every level's exp is 0 below exp_underflow and NaN for NaN, entry by entry", "[masked_softmax]",
+                   float, double) {
+  // The flush rule (exp_underflow's comment), over entries that mix flushed, kept and NaN ones, through exp_shifted
+  // with m = 0. avx512's floats flush below 2^-126 (exp2_underflow), at x log2(e) < -126, the same point within
+  // rounding: the entries below are at least an ulp under exp_underflow.
+  const TestType lowest = attend::detail::exp_underflow<TestType>();
+  const TestType below[] = {std::nextafter(std::nextafter(lowest, TestType(-1000)), TestType(-1000)), lowest - 1,
+                            TestType(-1e6), -std::numeric_limits<TestType>::infinity()};
+  const TestType nan = std::numeric_limits<TestType>::quiet_NaN();
+  constexpr Index n = 3 * 16 + 2;
+  TestType lanes[n];
+  for (Index j = 0; j < n; ++j) lanes[j] = j % 3 == 0 ? below[(j / 3) % 4] : j % 3 == 1 ? nan : TestType(-1) * j;
+  for (attend::Isa isa : attend_test::levels()) {
+    TestType out[n];
+    std::copy(lanes, lanes + n, out);
+    attend::detail::kernels_for<TestType>(isa).exp_shifted(out, n, TestType(0));
     for (Index j = 0; j < n; ++j) {
-      REQUIRE_THAT(row(j), Catch::Matchers::WithinRel(std::exp(before(j) - m), 5 * eps));
-      expected_sum += row(j);
+      CAPTURE(attend::isa_name(isa), j, lanes[j], out[j]);
+      if (j % 3 == 0) {
+        REQUIRE(out[j] == TestType(0));
+        REQUIRE(!std::signbit(out[j]));
+      } else if (j % 3 == 1) {
+        REQUIRE(std::isnan(out[j]));
+      } else {
+        const double bound = exp_bound<TestType>(isa, static_cast<double>(lanes[j]));
+        REQUIRE_THAT(out[j], Catch::Matchers::WithinRel(std::exp(lanes[j]),
+                                                        TestType(bound) * std::numeric_limits<TestType>::epsilon()));
+      }
     }
-    REQUIRE_THAT(sum, Catch::Matchers::WithinRel(expected_sum, 4.0f * n * eps));
-    REQUIRE(row(n) == 123.0f);
   }
 }
-#else
-TEST_CASE("without AVX-512 DQ the tiled kernel's softmax stays in base e", "[masked_softmax]") {
-  STATIC_REQUIRE(!attend::detail::exp_via_exp2<float>);
-  STATIC_REQUIRE(!attend::detail::exp_via_exp2<double>);
-}
-#endif
 
 TEMPLATE_TEST_CASE("exp_shifted writes exp(x - m) over lengths around whole packets, and nothing past them",
                    "[masked_softmax]", float, double) {
-  // Against std::exp (the definition) within a few ulp, every length from 1 to 3 packets + 3: the packet loop and
-  // the partial last packet (a masked load and store for float with AVX or AVX-512, a copy otherwise). The entry
-  // after the row is a sentinel that must survive, and the returned sum is the sum of the entries written.
-  constexpr Index size = Eigen::internal::packet_traits<TestType>::size;
+  // Against std::exp (the definition) within each level's bound, every length from 1 to 3 packets + 3 of the widest
+  // level: the packet loop and the partial last packet (a masked load and store). The entry after the row is a
+  // sentinel that must survive, and the returned sum is the sum of the entries written.
+  constexpr Index size = attend::detail::row_packet_size<TestType>;
   const TestType eps = std::numeric_limits<TestType>::epsilon();
-  for (Index n = 1; n <= 3 * size + 3; ++n) {
-    attend::Vector<TestType> row = TestType(4) * attend::Vector<TestType>::Random(n + 1);  // in [-4, 4]
-    row(n) = TestType(123);                                                                  // the sentinel
-    const attend::Vector<TestType> before = row;
-    const TestType m = TestType(4);
-    const TestType sum = attend::detail::exp_shifted(row.data(), n, m);
-    CAPTURE(n);
-    TestType expected_sum = 0;
-    for (Index j = 0; j < n; ++j) {
-      REQUIRE_THAT(row(j), Catch::Matchers::WithinRel(std::exp(before(j) - m), TestType(4) * eps));
-      expected_sum += row(j);
+  for (attend::Isa isa : attend_test::levels()) {
+    for (Index n = 1; n <= 3 * size + 3; ++n) {
+      attend::Vector<TestType> row = TestType(4) * attend::Vector<TestType>::Random(n + 1);  // in [-4, 4]
+      row(n) = TestType(123);                                                                  // the sentinel
+      const attend::Vector<TestType> before = row;
+      const TestType m = TestType(4);
+      const TestType sum = attend::detail::kernels_for<TestType>(isa).exp_shifted(row.data(), n, m);
+      CAPTURE(attend::isa_name(isa), n);
+      TestType expected_sum = 0;
+      for (Index j = 0; j < n; ++j) {
+        const TestType bound = TestType(exp_bound<TestType>(isa, static_cast<double>(before(j) - m)));
+        REQUIRE_THAT(row(j), Catch::Matchers::WithinRel(std::exp(before(j) - m), bound * eps));
+        expected_sum += row(j);
+      }
+      REQUIRE_THAT(sum, Catch::Matchers::WithinRel(expected_sum, TestType(4) * n * eps));
+      REQUIRE(row(n) == TestType(123));
     }
-    REQUIRE_THAT(sum, Catch::Matchers::WithinRel(expected_sum, TestType(4) * n * eps));
-    REQUIRE(row(n) == TestType(123));
   }
 }
 
@@ -335,11 +281,13 @@ TEMPLATE_TEST_CASE("masked_softmax_block gives every row the bits of masked_soft
   using attend::FullyMasked;
   using attend::Mask;
   using Rows = attend::Matrix<TestType>;
-  constexpr Index size = Eigen::internal::packet_traits<TestType>::size;
+  constexpr Index size = attend::detail::row_packet_size<TestType>;
   const Index num_queries = GENERATE(1, 3, 7);
   const int kind = GENERATE(0, 1, 2, 3);
+  const attend::Isa isa = GENERATE(from_range(attend_test::levels()));
+  const auto& kernel = attend::detail::kernels_for<TestType>(isa);
   for (Index num_keys = 1; num_keys <= size + 1; ++num_keys) {
-    CAPTURE(num_queries, num_keys, kind);
+    CAPTURE(attend::isa_name(isa), num_queries, num_keys, kind);
     Mask mask;
     if (kind == 1) {
       attend::Matrix<Index> lens(1, num_queries);  // (batch, queries): 0 .. num_keys + 1
@@ -361,11 +309,11 @@ TEMPLATE_TEST_CASE("masked_softmax_block gives every row the bits of masked_soft
     Rows block = wide.leftCols(num_keys);  // (queries, keys), contiguous
     Rows by_rows = block;
     for (Index q = 0; q < num_queries; ++q)
-      attend::detail::masked_softmax_row(&by_rows(q, 0), num_keys, mask.visible_prefix(0, q, num_queries, num_keys),
-                                         mask.keep_row(0, q), mask.fully_masked());
-    attend::detail::masked_softmax_block(block, mask, 0);
+      kernel.masked_softmax_row(&by_rows(q, 0), num_keys, mask.visible_prefix(0, q, num_queries, num_keys),
+                                mask.keep_row(0, q), mask.fully_masked());
+    kernel.masked_softmax_block(block.data(), num_queries, num_keys, num_keys, mask, 0);
     auto view = wide.leftCols(num_keys);  // the same scores, rows num_keys + 3 apart
-    attend::detail::masked_softmax_block(view, mask, 0);
+    kernel.masked_softmax_block(view.data(), num_queries, num_keys, view.outerStride(), mask, 0);
     // Bit for bit, but a NaN matches any NaN: its sign and payload depend on the order of an instruction's operands,
     // which the compiler may swap in a commutative multiply.
     const auto same = [](TestType a, TestType b) { return std::isnan(a) ? std::isnan(b) : bits_of(a) == bits_of(b); };

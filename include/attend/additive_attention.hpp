@@ -7,6 +7,8 @@
 // state_dict() uses d2l's names: W_k.weight, W_q.weight, w_v.weight.
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <attend/detail/attend_rows.hpp>
 #include <attend/linear.hpp>
 #include <attend/mask.hpp>
@@ -17,6 +19,7 @@
 #include <attend/valid_lens.hpp>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 template <class Scalar>
 class AdditiveAttention : public Module {
@@ -120,4 +123,5 @@ class AdditiveAttention : public Module {
   Tensor3<Scalar> attention_weights_;  // (batch, q, k)
 };
 
+}  // namespace ATTEND_ABI
 }  // namespace attend

@@ -14,12 +14,15 @@
 // tests/test_attention_path.cpp): within 1e-5 relative in float and 1e-12 in double.
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <attend/tensor.hpp>
 
 #include <cstddef>
 #include <ostream>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 enum class AttentionPath { automatic, direct, tiled };
 
@@ -58,4 +61,5 @@ inline AttentionPath checked_path(AttentionPath path, const char* module) {
 }
 
 }  // namespace detail
+}  // namespace ATTEND_ABI
 }  // namespace attend

@@ -21,6 +21,8 @@
 // not differ are left bit-identical. The probe so finds where the change can go, not how strongly it arrives.
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <algorithm>
 #include <attend/tensor.hpp>
 #include <cmath>
@@ -28,6 +30,7 @@
 #include <vector>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 // The path length reported when no chain of dependencies connects the two positions.
 inline constexpr Index unreachable = -1;
@@ -147,4 +150,5 @@ Index measured_path_length(Encoder& encoder, const Tensor3<Scalar>& X) {
   return measured_path_length(encoder, X, 0, X.dimension(1) - 1);
 }
 
+}  // namespace ATTEND_ABI
 }  // namespace attend

@@ -24,6 +24,8 @@
 // names: weight, and bias when has_bias().
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <algorithm>
 #include <attend/detail/project_rows.hpp>
 #include <attend/detail/rows_times_matrix.hpp>
@@ -35,6 +37,7 @@
 #include <vector>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 template <class Scalar>
 class Conv1d : public Module {
@@ -94,6 +97,7 @@ class Conv1d : public Module {
     // A chunk's copy for each thread, allocated here: no allocation inside the parallel region.
     const Index edge_rows = k > 1 && steps > 0 ? std::min(steps, detail::rows_per_chunk) + k - 1 : 0;
     std::vector<Matrix<Scalar>> edges(static_cast<std::size_t>(num_threads()), Matrix<Scalar>(edge_rows, in));
+    const detail::Kernels<Scalar>& kernel = detail::kernels<Scalar>();  // before the parallel region: it may throw
     // Chunks fixed by the shape, not by the number of threads: the same bits for any thread count.
     detail::parallel_for(batch * chunks, chunk_rows * per_row, static_cast<double>(batch * steps) * per_row,
                          [&](Index item, int thread) {
@@ -111,8 +115,8 @@ class Conv1d : public Module {
         windows = edge.data();
       }
       Scalar* Yc = Y.data() + (b * steps + s0) * out_channels_;  // (n, out)
-      detail::rows_times_matrix<false>(windows, in, n, width, Wt.data(), padded_out, out_channels_, true,
-                                       has_bias_ ? bias_.data() : nullptr, Yc, out_channels_);
+      kernel.rows_times_matrix(false, windows, in, n, width, Wt.data(), padded_out, out_channels_, true,
+                               has_bias_ ? bias_.data() : nullptr, Yc, out_channels_);
     });
     return Y;
   }
@@ -176,4 +180,5 @@ class Conv1d : public Module {
   Vector<Scalar> bias_;     // (out_channels) or empty
 };
 
+}  // namespace ATTEND_ABI
 }  // namespace attend

@@ -11,6 +11,8 @@
 // call it at once on one module, as long as none modifies the module meanwhile.
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <attend/attention_path.hpp>
 #include <attend/detail/attend_rows.hpp>
 #include <attend/detail/attention_path_module.hpp>
@@ -24,6 +26,7 @@
 #include <attend/workspace.hpp>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 template <class Scalar>
 class DotProductAttention : public detail::AttentionPathModule<DotProductAttention<Scalar>, Scalar> {
@@ -121,4 +124,5 @@ class DotProductAttention : public detail::AttentionPathModule<DotProductAttenti
   Generator generator_;
 };
 
+}  // namespace ATTEND_ABI
 }  // namespace attend

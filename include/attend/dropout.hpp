@@ -4,10 +4,13 @@
 // p = 1 zeroes everything, p = 0 changes nothing. The mask comes from the Generator, entry by entry in memory order.
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <attend/random.hpp>
 #include <attend/tensor.hpp>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 namespace detail {
 
 // X: any dense Eigen expression that can be written, in place.
@@ -38,4 +41,5 @@ Tensor3<Scalar> dropout(const Tensor3<Scalar>& X, Scalar p, Generator& generator
   return Y;
 }
 
+}  // namespace ATTEND_ABI
 }  // namespace attend

@@ -41,6 +41,8 @@
 // .when_fully_masked(FullyMasked::zero).
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <algorithm>
 #include <attend/mask.hpp>
 #include <attend/multi_head_attention.hpp>
@@ -52,6 +54,7 @@
 #include <vector>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 namespace detail {
 
@@ -209,4 +212,5 @@ inline Mask key_padding_mask_from_torch(const Matrix<bool>& key_padding_mask, In
   return Mask::keep(std::move(keep));
 }
 
+}  // namespace ATTEND_ABI
 }  // namespace attend

@@ -6,6 +6,8 @@
 // row by row, then b. state_dict() names them as nn.Linear does: "weight", and "bias" when has_bias().
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <attend/detail/project_rows.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
@@ -14,6 +16,7 @@
 #include <cmath>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 template <class Scalar>
 class Linear : public Module {
@@ -102,4 +105,5 @@ class Linear : public Module {
   Vector<Scalar> bias_;    // (out_features) or empty
 };
 
+}  // namespace ATTEND_ABI
 }  // namespace attend

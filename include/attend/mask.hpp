@@ -40,6 +40,8 @@
 // (visible_prefix, keep_row, keeps) assume that check has passed.
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <algorithm>
 #include <attend/tensor.hpp>
 #include <attend/valid_lens.hpp>
@@ -51,6 +53,7 @@
 #include <vector>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 // What a query that sees no key gets; see the top of this file.
 enum class FullyMasked { uniform, zero };
@@ -221,4 +224,5 @@ class Mask {
   bool rule_chosen_ = false;
 };
 
+}  // namespace ATTEND_ABI
 }  // namespace attend

@@ -3,7 +3,10 @@
 // Modules are constructed in training mode, like PyTorch's; eval() turns dropout off.
 #pragma once
 
+#include <attend/config.hpp>
+
 namespace attend {
+inline namespace ATTEND_ABI {
 
 class Module {
  public:
@@ -15,4 +18,5 @@ class Module {
   bool training_ = true;
 };
 
+}  // namespace ATTEND_ABI
 }  // namespace attend

@@ -22,6 +22,8 @@
 // (from_torch.hpp).
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <attend/attention_path.hpp>
 #include <attend/detail/attend_rows.hpp>
 #include <attend/detail/attention_path_module.hpp>
@@ -37,6 +39,7 @@
 #include <attend/workspace.hpp>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 template <class Scalar>
 class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention<Scalar>, Scalar> {
@@ -202,4 +205,5 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
   Generator generator_;
 };
 
+}  // namespace ATTEND_ABI
 }  // namespace attend

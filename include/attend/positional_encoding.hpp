@@ -9,6 +9,8 @@
 // the shape alone).
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <attend/dropout.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
@@ -17,6 +19,7 @@
 #include <cmath>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 // The table itself: (max_len, num_hiddens).
 // `where` names the caller in error messages.
@@ -95,4 +98,5 @@ class PositionalEncoding : public Module {
   Generator generator_;
 };
 
+}  // namespace ATTEND_ABI
 }  // namespace attend

@@ -10,11 +10,14 @@
 // A Generator is not synchronised: do not draw from one generator in two threads at once.
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <cstdint>
 #include <limits>
 #include <random>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 class Generator {
  public:
@@ -53,4 +56,5 @@ inline Generator& default_generator() {
 // Reseeds default_generator(): modules constructed afterwards in the same order get the same parameters.
 inline void manual_seed(std::uint64_t seed) { default_generator().seed(seed); }
 
+}  // namespace ATTEND_ABI
 }  // namespace attend

@@ -16,6 +16,8 @@
 // nn.RNN's names: weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0.
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <attend/detail/project_rows.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
@@ -25,6 +27,7 @@
 #include <cmath>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 template <class Scalar>
 class RNN : public Module {
@@ -158,4 +161,5 @@ class RNN : public Module {
   Vector<Scalar> bias_hh_;    // (hidden_size)
 };
 
+}  // namespace ATTEND_ABI
 }  // namespace attend

@@ -36,6 +36,8 @@
 // real size of the file. Unknown fields inside a tensor entry are ignored, as the reference does.
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 
@@ -60,6 +62,7 @@
 #include <vector>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 // The header's optional "__metadata__": string -> string (e.g. {"format": "pt"}).
 using Metadata = std::map<std::string, std::string>;
@@ -498,4 +501,5 @@ void save_safetensors(const std::string& path, const StateDict<Scalar>& dict, co
   if (!file) throw SafetensorsError(detail::message(where, ": ", path, ": writing the file failed"));
 }
 
+}  // namespace ATTEND_ABI
 }  // namespace attend

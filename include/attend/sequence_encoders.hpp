@@ -46,6 +46,8 @@
 // For n = 1 every path length is 0.
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <algorithm>
 #include <attend/complexity.hpp>
 #include <attend/conv1d.hpp>
@@ -58,6 +60,7 @@
 #include <vector>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 namespace detail {
 
 // Throws unless 0 <= layer < num_layers.
@@ -427,4 +430,5 @@ class CNNEncoder {
   std::vector<Conv1d<Scalar>> layers_;  // num_layers, each Conv1d(d, d, kernel_size)
 };
 
+}  // namespace ATTEND_ABI
 }  // namespace attend

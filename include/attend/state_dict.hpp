@@ -39,6 +39,8 @@
 // to_vector, to_tensor3, to_scalar back, by tensor or by name from a dict; copy_into(dict, name, parameter).
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <algorithm>
 #include <attend/tensor.hpp>
 #include <cstddef>
@@ -52,6 +54,7 @@
 #include <vector>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 // A tensor read from or written to a file: its shape and its values in row-major (C) order.
 //   shape    outermost axis first, as PyTorch's tensor.shape; {} for a scalar (one value)
@@ -436,4 +439,5 @@ void load_state_dict_into(Module& module, const StateDict<Scalar>& dict, const c
 }
 
 }  // namespace detail
+}  // namespace ATTEND_ABI
 }  // namespace attend

@@ -5,6 +5,8 @@
 //   Vector<Scalar>   a column vector (biases)
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <Eigen/Core>
 #include <cmath>
 #include <sstream>
@@ -14,6 +16,7 @@
 #include <utility>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 using Index = Eigen::Index;
 
@@ -118,4 +121,5 @@ Eigen::Map<Matrix<Scalar>> slice(Tensor3<Scalar>& X, Index b) {
 }
 
 }  // namespace detail
+}  // namespace ATTEND_ABI
 }  // namespace attend

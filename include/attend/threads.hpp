@@ -10,6 +10,8 @@
 // product attend runs is inside one of these pieces, or inside on_one_thread().
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <attend/tensor.hpp>
 
 #include <Eigen/Core>
@@ -19,6 +21,7 @@
 #endif
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 // Threads used by attend's kernels (and by Eigen's, which share OpenMP's setting): at least 1.
 // Sets OpenMP's default team size for the calling thread (omp_set_num_threads) and Eigen::setNbThreads.
@@ -90,4 +93,5 @@ void on_one_thread(double largest_product, Body&& body) {
 }
 
 }  // namespace detail
+}  // namespace ATTEND_ABI
 }  // namespace attend

@@ -8,9 +8,12 @@
 // They are the literal route of the seed's code, kept public for users and for the tests that compare the two.
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <attend/tensor.hpp>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 template <class Scalar>
 Tensor3<Scalar> transpose_qkv(const Tensor3<Scalar>& X, Index num_heads) {
@@ -41,4 +44,5 @@ Tensor3<Scalar> transpose_output(const Tensor3<Scalar>& X, Index num_heads) {
   return X.reshape(split).shuffle(order).reshape(merged);
 }
 
+}  // namespace ATTEND_ABI
 }  // namespace attend

@@ -6,11 +6,14 @@
 // A length larger than the number of keys masks nothing; a negative length is an error.
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <attend/tensor.hpp>
 #include <initializer_list>
 #include <vector>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 class ValidLens {
  public:
@@ -98,4 +101,5 @@ class ValidLens {
   std::vector<Index> lens_;  // row-major (rows_, cols_)
 };
 
+}  // namespace ATTEND_ABI
 }  // namespace attend

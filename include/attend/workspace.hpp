@@ -6,6 +6,8 @@
 // state of the module, and may move between modules of the same Scalar.
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <attend/detail/flash_attention.hpp>
 #include <attend/detail/transposed_weight.hpp>
 #include <attend/tensor.hpp>
@@ -13,6 +15,7 @@
 #include <vector>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 
 template <class Scalar>
 struct AttentionWorkspace {
@@ -25,4 +28,5 @@ struct AttentionWorkspace {
   detail::TransposedWeight<Scalar> W_q, W_k, W_v, W_o;
 };
 
+}  // namespace ATTEND_ABI
 }  // namespace attend

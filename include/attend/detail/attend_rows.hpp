@@ -11,7 +11,10 @@
 // ever copied out (the layout transpose_qkv would build).
 #pragma once
 
-#include <attend/detail/rows_times_matrix.hpp>
+#include <attend/config.hpp>
+
+#include <attend/detail/kernels.hpp>
+#include <attend/detail/tuning.hpp>
 #include <attend/dropout.hpp>
 #include <attend/mask.hpp>
 #include <attend/masked_softmax.hpp>
@@ -24,70 +27,51 @@
 #include <type_traits>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 namespace detail {
 
-// Heads too small for Eigen's products (see tiny_product): Eigen's GEMM costs more to set up than to run there, and
-// its coefficient-based products and row expressions peel a scalar prologue to reach an aligned address (a head's
-// rows rarely start on one). The scores go through dot_tiny below, the weights times the values through
-// rows_times_matrix (detail/rows_times_matrix.hpp) on the value rows as they are: unaligned packets, a scalar tail.
+// Heads too small for Eigen's products (tuning::tiny_product): Eigen's GEMM costs more to set up than to run there,
+// and its coefficient-based products and row expressions peel a scalar prologue to reach an aligned address (a head's
+// rows rarely start on one). The scores go through the level's tiny_scores (detail/kernels/heads-inl.hpp), the
+// weights times the values through its row kernel on the value rows as they are: unaligned packets, a scalar tail.
 
-// sum_i a[i] b[i] over n entries: packets, then the n % size tail (for floats in packets of 8 or 16, one more packet
-// under a mask of lanes, which Eigen 3.4 loads for those: a head of 20 then has no chain of scalar multiply-adds).
-template <class Scalar>
-Scalar dot_tiny(const Scalar* a, const Scalar* b, Index n) {
-  namespace ei = Eigen::internal;
-  using Packet = typename ei::packet_traits<Scalar>::type;
-  constexpr Index size = ei::packet_traits<Scalar>::size;
-  Packet sum = ei::pset1<Packet>(Scalar(0));
-  Index i = 0;
-  for (; i + size <= n; i += size) sum = ei::pmadd(ei::ploadu<Packet>(a + i), ei::ploadu<Packet>(b + i), sum);
-  if constexpr (std::is_same<Scalar, float>::value && (size == 8 || size == 16)) {
-    if (i < n) {
-      using Lanes = std::conditional_t<size == 16, std::uint16_t, std::uint8_t>;
-      const auto used = static_cast<Lanes>((1u << (n - i)) - 1u);  // lanes past n read as 0
-      sum = ei::pmadd(ei::ploadu<Packet>(a + i, used), ei::ploadu<Packet>(b + i, used), sum);
-    }
-    return ei::predux(sum);
-  }
-  Scalar total = ei::predux(sum);
-  for (; i < n; ++i) total += a[i] * b[i];
-  return total;
-}
-
-// output = weights @ values, where a key the mask hides from a row is never read for that row: its weight is exactly
-// 0 and, normally, 0 * value = 0 adds nothing, but 0 * NaN and 0 * inf are NaN. So when the values hold a non-finite
-// number (checked in O(keys * value_dim), against the product's O(queries * keys * value_dim)), each row sums over its
-// visible keys only; a row that sees no key follows its rule (uniform: the mean of every value row, d2l's result;
-// zero: 0). weights: (queries, keys); values: (keys, value_dim); output: (queries, value_dim).
+// output = weights @ values on the level's row kernel, where a key the mask hides from a row is never read for that
+// row: its weight is exactly 0 and, normally, 0 * value = 0 adds nothing, but 0 * NaN and 0 * inf are NaN. So when
+// the values hold a non-finite number (checked in O(keys * value_dim), against the product's
+// O(queries * keys * value_dim)), each row sums over its visible keys only, one multiply-add of the row kernel per
+// key: the chain the whole product makes, less the keys of weight 0, so a row that sees only finite values gets the
+// bits it gets when every value is finite. A row that sees no key follows its rule (uniform: the mean of every value
+// row, d2l's result; zero: 0). weights: (queries, keys); values: (keys, value_dim); output: (queries, value_dim),
+// all row-major with contiguous rows.
 template <class Weights, class Values, class Output>
 void weights_times_values(const Eigen::MatrixBase<Weights>& weights, const Mask& mask, Index b,
-                          const Eigen::MatrixBase<Values>& values, Eigen::MatrixBase<Output>& output, bool tiny) {
+                          const Eigen::MatrixBase<Values>& values, Eigen::MatrixBase<Output>& output,
+                          const Kernels<typename Weights::Scalar>& kernel) {
+  static_assert(Weights::IsRowMajor && Values::IsRowMajor && Output::IsRowMajor, "rows must be contiguous");
+  const Weights& w = weights.derived();
+  const Values& v = values.derived();
+  Output& out = output.derived();
+  const Index num_queries = w.rows(), num_keys = w.cols(), dv = out.cols();
   if (mask.empty() || all_finite(values)) {
-    if (tiny) {
-      static_assert(Weights::IsRowMajor && Values::IsRowMajor && Output::IsRowMajor, "rows must be contiguous");
-      const Weights& w = weights.derived();
-      const Values& v = values.derived();
-      Output& out = output.derived();
-      rows_times_matrix<false, typename Weights::Scalar>(w.data(), w.outerStride(), w.rows(), w.cols(), v.data(),
-                                                         v.outerStride(), out.cols(), false, nullptr, out.data(),
-                                                         out.outerStride());
-    } else {
-      output.noalias() = weights * values;
-    }
+    kernel.rows_times_matrix(false, w.data(), w.outerStride(), num_queries, num_keys, v.data(), v.outerStride(), dv,
+                             false, nullptr, out.data(), out.outerStride());
     return;
   }
-  const Index num_queries = weights.rows(), num_keys = weights.cols();
   for (Index i = 0; i < num_queries; ++i) {
     const Index prefix = std::min(mask.visible_prefix(b, i, num_queries, num_keys), num_keys);
     const bool* keep = mask.keep_row(b, i);
     bool sees_a_key = false;
-    output.row(i).setZero();
+    out.row(i).setZero();
     for (Index j = 0; j < prefix; ++j) {
       if (keep != nullptr && !keep[j]) continue;
       sees_a_key = true;
-      output.row(i) += weights(i, j) * values.row(j);
+      kernel.rows_times_matrix(true, w.data() + i * w.outerStride() + j, 1, 1, 1, v.data() + j * v.outerStride(),
+                               v.outerStride(), dv, false, nullptr, out.data() + i * out.outerStride(),
+                               out.outerStride());
     }
-    if (!sees_a_key && mask.fully_masked() == FullyMasked::uniform) output.row(i).noalias() = weights.row(i) * values;
+    if (!sees_a_key && mask.fully_masked() == FullyMasked::uniform)
+      kernel.rows_times_matrix(false, w.data() + i * w.outerStride(), 1, 1, num_keys, v.data(), v.outerStride(), dv,
+                               false, nullptr, out.data() + i * out.outerStride(), out.outerStride());
   }
 }
 
@@ -97,18 +81,16 @@ void weights_times_values(const Eigen::MatrixBase<Weights>& weights, const Mask&
 template <class Scalar, class Scores, class Values, class Output>
 void attend_rows(Eigen::MatrixBase<Scores>& scores, const Mask& mask, Index b, const Eigen::MatrixBase<Values>& values,
                  Eigen::MatrixBase<Output>& output, Scalar dropout, Generator* generator) {
+  const Kernels<Scalar>& kernel = kernels<Scalar>();
   masked_softmax_block(scores, mask, b);
   if (generator == nullptr) {
-    weights_times_values(scores, mask, b, values, output, false);
+    weights_times_values(scores, mask, b, values, output, kernel);
   } else {
     Matrix<Scalar> dropped = scores;  // (queries, keys)
     dropout_inplace(dropped, dropout, *generator);
-    weights_times_values(dropped, mask, b, values, output, false);
+    weights_times_values(dropped, mask, b, values, output, kernel);
   }
 }
-
-// Below this many multiply-adds (queries * keys * d) a head's products are evaluated coefficient by coefficient.
-constexpr Index tiny_product = 16 * 16 * 32;
 
 // Scaled dot-product attention for every batch row and head, on projected rows:
 //   Q: (batch * num_queries, num_heads * d)   K: (batch * num_keys, num_heads * d)
@@ -128,6 +110,7 @@ void scaled_dot_product_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const E
     output.setZero();
     return;
   }
+  const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
   // One (batch row, head) pair: its own slice of the weights and its own columns of the output.
   const auto pair = [&](Index bh) {
     const Index b = bh / num_heads, h = bh % num_heads;
@@ -136,21 +119,19 @@ void scaled_dot_product_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const E
     const auto Vh = V.block(b * num_keys, h * dv, num_keys, dv);        // (keys, dv)
     auto scores = slice(weights, bh);                                   // (queries, keys)
     auto out = output.block(b * num_queries, h * dv, num_queries, dv);  // (queries, dv)
-    if (num_queries * num_keys * d <= tiny_product) {  // Eigen's GEMM costs more to set up than to run
-      for (Index i = 0; i < num_queries; ++i)
-        for (Index j = 0; j < num_keys; ++j)
-          scores(i, j) = scale * dot_tiny(Qh.data() + i * Qh.outerStride(), Kh.data() + j * Kh.outerStride(), d);
+    if (num_queries * num_keys * d <= tuning::tiny_product) {  // Eigen's GEMM costs more to set up than to run
+      kernel.tiny_scores(Qh.data(), Qh.outerStride(), Kh.data(), Kh.outerStride(), num_queries, num_keys, d, scale,
+                         scores.data(), scores.outerStride());
     } else {
       scores.noalias() = scale * (Qh * Kh.transpose());
     }
-    masked_softmax_block(scores, mask, b);
-    const bool tiny = num_queries * num_keys * dv <= tiny_product;
+    kernel.masked_softmax_block(scores.data(), num_queries, num_keys, scores.outerStride(), mask, b);
     if (generator != nullptr) {
       Matrix<Scalar> dropped = scores;  // (queries, keys); the kept weights are those before dropout
       dropout_inplace(dropped, dropout, *generator);
-      weights_times_values(dropped, mask, b, Vh, out, tiny);
+      weights_times_values(dropped, mask, b, Vh, out, kernel);
     } else {
-      weights_times_values(scores, mask, b, Vh, out, tiny);
+      weights_times_values(scores, mask, b, Vh, out, kernel);
     }
   };
   // Dropout draws from one generator in (batch row, head) order: serial. Otherwise the pairs are independent, each
@@ -165,4 +146,5 @@ void scaled_dot_product_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const E
 }
 
 }  // namespace detail
+}  // namespace ATTEND_ABI
 }  // namespace attend

@@ -17,6 +17,8 @@
 // and the public dropout() and generator().
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <attend/attention_path.hpp>
 #include <attend/mask.hpp>
 #include <attend/module.hpp>
@@ -27,6 +29,7 @@
 #include <stdexcept>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 namespace detail {
 
 template <class Derived, class Scalar>
@@ -85,4 +88,5 @@ class AttentionPathModule : public Module {
 };
 
 }  // namespace detail
+}  // namespace ATTEND_ABI
 }  // namespace attend

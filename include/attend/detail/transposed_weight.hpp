@@ -11,13 +11,17 @@
 // and rebuilds when they differ.
 #pragma once
 
-#include <attend/detail/rows_times_matrix.hpp>
+#include <attend/config.hpp>
+
+#include <attend/detail/kernels.hpp>
 #include <attend/detail/transpose.hpp>
+#include <attend/detail/tuning.hpp>
 #include <attend/tensor.hpp>
 
 #include <cstring>
 
 namespace attend {
+inline namespace ATTEND_ABI {
 namespace detail {
 
 template <class Scalar>
@@ -50,8 +54,9 @@ template <class Scalar>
 void times_transposed(const Scalar* X, Index ldx, Index rows, Index in, const TransposedWeight<Scalar>& weight,
                       Index out, const Scalar* bias, Scalar* Y, Index ldy) {
   const Matrix<Scalar>& Wt = weight.transposed();  // (in, padded out): whole packets readable past `out`
-  rows_times_matrix<false>(X, ldx, rows, in, Wt.data(), Wt.cols(), out, true, bias, Y, ldy);
+  kernels<Scalar>().rows_times_matrix(false, X, ldx, rows, in, Wt.data(), Wt.cols(), out, true, bias, Y, ldy);
 }
 
 }  // namespace detail
+}  // namespace ATTEND_ABI
 }  // namespace attend

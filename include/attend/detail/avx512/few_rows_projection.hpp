@@ -1,15 +1,15 @@
-// attend/detail/few_rows_projection.hpp — Y = X W^T + b for at most 8 rows of floats, reading W as it is stored.
+// attend/detail/avx512/few_rows_projection.hpp — Y = X W^T + b for at most 8 rows of floats on the avx512 level,
+// reading W as it is stored.
 //
 // The kept W^T of detail/transposed_weight.hpp puts a packet of outputs in each register and broadcasts X's entries.
-// With a few rows that leaves two costs: the bit-for-bit compare of W with the copy W^T was made from, on every call
-// (a third of the seed's projections), and W^T's padding to whole packets. Here the roles turn round: registers hold
-// the rows, and W's entries are broadcast. With AVX-512 a register holds 16 floats: 4 rows by 4 steps of the sum.
-// Lane 4c + p of an accumulator of output o sums X[r, k] W[o, k] over the steps k = p mod 4 of row r = 4h + c, one
-// register for rows 0-3 (h = 0), another for rows 4-7; W[o, 4j .. 4j + 3] is broadcast to the four lane groups by one
-// 16-byte load, and feeds both registers: 2 multiply-adds for each load of W. The copy is of X instead, which is
-// small: its rows interleaved by groups of 4 steps, zero past the last row and the last step. No kept state, so
-// nothing to compare; each element of W is read once per call. At the seed's (8, 100) x (100, 100): 1.4 us a
-// projection against 2.0 for the kept W^T with its compare, 8.9 us for the seed's forward against 12.2.
+// With a few rows that leaves two costs: the bit-for-bit compare of W with the copy W^T was made from, on every call,
+// and W^T's padding to whole packets. Here the roles turn round: registers hold the rows, and W's entries are
+// broadcast. A register holds 16 floats: 4 rows by 4 steps of the sum. Lane 4c + p of an accumulator of output o sums
+// X[r, k] W[o, k] over the steps k = p mod 4 of row r = 4h + c, one register for rows 0-3 (h = 0), another for rows
+// 4-7; W[o, 4j .. 4j + 3] is broadcast to the four lane groups by one 16-byte load, and feeds both registers: 2
+// multiply-adds for each load of W. The copy is of X instead, which is small: its rows interleaved by groups of 4
+// steps, zero past the last row and the last step. No kept state, so nothing to compare; each element of W is read
+// once per call.
 //
 // Y[r, o] = ((sum over k = 0 mod 4 + sum over k = 2 mod 4) + (sum over 1 mod 4 + sum over 3 mod 4)) + b[o], each sum a
 // chain of multiply-adds in order: for a given number of rows, the same bits on every call, whatever the thread count
@@ -17,36 +17,24 @@
 // definition (tests/test_few_rows_projection.cpp).
 #pragma once
 
+#include <attend/config.hpp>
+#include <attend/detail/target.hpp>
+#include <attend/detail/tuning.hpp>
 #include <attend/tensor.hpp>
 
 #include <cstring>
 #include <type_traits>
 
+#ifdef ATTEND_X86_DISPATCH
+
+ATTEND_TARGET_AVX512_BEGIN
 namespace attend {
+inline namespace ATTEND_ABI {
 namespace detail {
+namespace avx512 {
 
-// The most rows, and the widest input (its interleaved copy, 16 KiB, is on the stack), of few_rows_times_weight.
-constexpr Index few_rows = 8;
-constexpr Index few_rows_max_in = 512;
-
-// Defined when few_rows_times_weight exists in this build: AVX-512 with its VL extension (the masked 128-bit loads and
-// stores; every AVX-512 CPU since Skylake-SP has it).
-#if defined(EIGEN_VECTORIZE_AVX512) && defined(__AVX512VL__)
-#define ATTEND_FEW_ROWS_PROJECTION 1
-#endif
-
-// Whether few_rows_times_weight exists for Scalar in this build: floats, with ATTEND_FEW_ROWS_PROJECTION.
-template <class Scalar>
-constexpr bool has_few_rows_projection =
-#ifdef ATTEND_FEW_ROWS_PROJECTION
-    std::is_same<Scalar, float>::value;
-#else
-    false;
-#endif
-
-#ifdef ATTEND_FEW_ROWS_PROJECTION
 // The floats of X's interleaved copy: for each group of 4 steps, two packets (rows 0-3, rows 4-7).
-constexpr Index few_rows_copy_size = (few_rows_max_in + 3) / 4 * 32;
+constexpr Index few_rows_copy_size = (tuning::few_rows_max_in + 3) / 4 * 32;
 
 // X (rows <= 8, in <= few_rows_max_in), rows ldx apart, interleaved by groups of 4 steps into quads (ceil(in / 4),
 // 2, 16): quads[j][h][4c + p] = X[4h + c, 4j + p], zero for 4h + c >= rows or 4j + p >= in.
@@ -129,17 +117,45 @@ void few_rows_times_weight_in(const float* quads, Index rows, Index in, const fl
   few_rows_rest<H>(out - o, quads, rows, in, W + o * in, bias != nullptr ? bias + o : nullptr, Y + o, ldy);
 }
 
-// Y (rows, out) = X W^T + bias for the quads of X (rows <= 8, in), W (out, in) contiguous, bias (out) or null, Y rows
-// ldy apart: blocks of 8 outputs, then one block of the rest.
-inline void few_rows_times_weight(const float* quads, Index rows, Index in, const float* W, Index out,
-                                  const float* bias, float* Y, Index ldy) {
+
+// Y (rows, out) = X W^T + bias for X (rows <= tuning::few_rows, in <= tuning::few_rows_max_in) rows ldx apart, W
+// (out, in) contiguous, bias (out) or null, Y rows ldy apart: X interleaved, then blocks of 8 outputs, then one block
+// of the rest.
+inline void few_rows_projection(const float* X, Index ldx, Index rows, Index in, const float* W, Index out,
+                                const float* bias, float* Y, Index ldy) {
+  alignas(64) float quads[few_rows_copy_size];  // (ceil(in / 4), 2, 16): X's rows interleaved
+  interleave_step_quads(X, ldx, rows, in, quads);
   if (rows > 4) {
     few_rows_times_weight_in<2>(quads, rows, in, W, out, bias, Y, ldy);
   } else {
     few_rows_times_weight_in<1>(quads, rows, in, W, out, bias, Y, ldy);
   }
 }
-#endif
 
+}  // namespace avx512
 }  // namespace detail
+}  // namespace ATTEND_ABI
+}  // namespace attend
+ATTEND_TARGET_END
+
+#endif  // ATTEND_X86_DISPATCH
+
+namespace attend {
+inline namespace ATTEND_ABI {
+namespace detail {
+namespace avx512 {
+
+// The few-rows projection of Scalar on the avx512 level, or null: floats only.
+template <class Scalar>
+constexpr auto few_rows_projection_of() {
+  using Entry = void (*)(const Scalar*, Index, Index, Index, const Scalar*, Index, const Scalar*, Scalar*, Index);
+#ifdef ATTEND_X86_DISPATCH
+  if constexpr (std::is_same<Scalar, float>::value) return static_cast<Entry>(&few_rows_projection);
+#endif
+  return static_cast<Entry>(nullptr);
+}
+
+}  // namespace avx512
+}  // namespace detail
+}  // namespace ATTEND_ABI
 }  // namespace attend

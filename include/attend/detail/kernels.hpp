@@ -1,0 +1,141 @@
+// attend/detail/kernels.hpp — attend's kernels, compiled once per instruction-set level, and the table of the level
+// the process runs on.
+//
+// Each file under detail/kernels/ is written once against the operations of Simd<Scalar> (detail/generic/simd.hpp)
+// and included here three times: into namespace generic (Eigen's packets at the file's own flags), avx2 and avx512
+// (their Simd, the functions compiled for that instruction set by detail/target.hpp). kernels<Scalar>() hands out the
+// entry points of the level active_isa() chose (attend/isa.hpp), as a table of function pointers: the algorithms
+// that share work among threads (flash_attention.hpp, project_rows.hpp, ...) fetch the table once per call, before
+// their parallel region, and call through it for each piece of work, so no code of a level the CPU lacks runs.
+//
+// Adding a level: a Simd of its own in detail/<level>/simd.hpp, a target macro in detail/target.hpp, a CPU check in
+// isa.hpp, and one more inclusion block and table below.
+#pragma once
+
+#include <attend/config.hpp>
+#include <attend/detail/avx2/simd.hpp>
+#include <attend/detail/avx512/few_rows_projection.hpp>
+#include <attend/detail/avx512/simd.hpp>
+#include <attend/detail/flash_workspace.hpp>
+#include <attend/detail/generic/simd.hpp>
+#include <attend/detail/mask_row.hpp>
+#include <attend/detail/target.hpp>
+#include <attend/detail/tuning.hpp>
+#include <attend/isa.hpp>
+#include <attend/mask.hpp>
+#include <attend/tensor.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace attend {
+inline namespace ATTEND_ABI {
+namespace detail {
+namespace generic {
+#include <attend/detail/kernels/products-inl.hpp>
+#include <attend/detail/kernels/softmax-inl.hpp>
+#include <attend/detail/kernels/flash-inl.hpp>
+#include <attend/detail/kernels/heads-inl.hpp>
+}  // namespace generic
+}  // namespace detail
+}  // namespace ATTEND_ABI
+}  // namespace attend
+
+#ifdef ATTEND_X86_DISPATCH
+ATTEND_TARGET_AVX2_BEGIN
+namespace attend {
+inline namespace ATTEND_ABI {
+namespace detail {
+namespace avx2 {
+#include <attend/detail/kernels/products-inl.hpp>
+#include <attend/detail/kernels/softmax-inl.hpp>
+#include <attend/detail/kernels/flash-inl.hpp>
+#include <attend/detail/kernels/heads-inl.hpp>
+}  // namespace avx2
+}  // namespace detail
+}  // namespace ATTEND_ABI
+}  // namespace attend
+ATTEND_TARGET_END
+
+ATTEND_TARGET_AVX512_BEGIN
+namespace attend {
+inline namespace ATTEND_ABI {
+namespace detail {
+namespace avx512 {
+#include <attend/detail/kernels/products-inl.hpp>
+#include <attend/detail/kernels/softmax-inl.hpp>
+#include <attend/detail/kernels/flash-inl.hpp>
+#include <attend/detail/kernels/heads-inl.hpp>
+}  // namespace avx512
+}  // namespace detail
+}  // namespace ATTEND_ABI
+}  // namespace attend
+ATTEND_TARGET_END
+#endif
+
+namespace attend {
+inline namespace ATTEND_ABI {
+namespace detail {
+
+// The entry points of one level, for Scalar.
+template <class Scalar>
+struct Kernels {
+  Isa isa;
+  Index packet_size;  // the level's packet: Scalars a register holds
+  // Y (rows, out) (+)= X (rows, in) B (in, out) + bias: detail/kernels/products-inl.hpp, rows_times_matrix
+  void (*rows_times_matrix)(bool accumulate, const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B,
+                            Index ldb, Index out, bool padded, const Scalar* bias, Scalar* Y, Index ldy);
+  // B (cols, rows) = A (rows, cols)^T
+  void (*transpose_into)(const Scalar* A, Index lda, Index rows, Index cols, Scalar* B, Index ldb);
+  Scalar (*row_max)(const Scalar* row, Index n);
+  Scalar (*exp_shifted)(Scalar* row, Index n, Scalar m);
+  void (*masked_softmax_row)(Scalar* row, Index num_keys, Index prefix, const bool* keep, FullyMasked rule);
+  void (*masked_softmax_block)(Scalar* scores, Index num_queries, Index num_keys, Index stride, const Mask& mask,
+                               Index b);
+  void (*flash_attention_block)(const Eigen::Ref<const Matrix<Scalar>>& Q, const HeadKeys<Scalar>& keys,
+                                Index num_queries, Index num_keys, Index b, Index h, Index q0, Index br,
+                                const Mask& mask, Eigen::Ref<Matrix<Scalar>> output, FlashBlocks blocks,
+                                FlashWorkspace<Scalar>& ws);
+  void (*tiny_scores)(const Scalar* Q, Index ldq, const Scalar* K, Index ldk, Index num_queries, Index num_keys,
+                      Index d, Scalar scale, Scalar* scores, Index lds);
+  // Y (rows <= tuning::few_rows, out) = X W^T + bias reading W (out, in) in place, or null where the level has none
+  // (avx512/few_rows_projection.hpp)
+  void (*few_rows_projection)(const Scalar* X, Index ldx, Index rows, Index in, const Scalar* W, Index out,
+                              const Scalar* bias, Scalar* Y, Index ldy);
+};
+
+#define ATTEND_KERNELS_OF(level, few_rows)                                                                            \
+  Kernels<Scalar> {                                                                                                   \
+    Isa::level, level::Simd<Scalar>::size, &level::rows_times_matrix_entry<Scalar>, &level::transpose_into<Scalar>,  \
+        &level::row_max<Scalar>, &level::exp_shifted<Scalar>, &level::masked_softmax_row<Scalar>,                     \
+        &level::masked_softmax_block<Scalar>, &level::flash_attention_block<Scalar>, &level::tiny_scores<Scalar>,     \
+        few_rows                                                                                                      \
+  }
+
+// The table of `isa` (which the CPU must be able to run).
+template <class Scalar>
+const Kernels<Scalar>& kernels_for(Isa isa) {
+  static const Kernels<Scalar> generic_kernels = ATTEND_KERNELS_OF(generic, nullptr);
+#ifdef ATTEND_X86_DISPATCH
+  static const Kernels<Scalar> avx2_kernels = ATTEND_KERNELS_OF(avx2, nullptr);
+  static const Kernels<Scalar> avx512_kernels = ATTEND_KERNELS_OF(avx512, avx512::few_rows_projection_of<Scalar>());
+  if (isa == Isa::avx512) return avx512_kernels;
+  if (isa == Isa::avx2) return avx2_kernels;
+#endif
+  static_cast<void>(isa);
+  return generic_kernels;
+}
+
+#undef ATTEND_KERNELS_OF
+
+// The table of the level the process runs on: active_isa() (which throws std::invalid_argument for a bad
+// ATTEND_ISA: call it outside parallel regions).
+template <class Scalar>
+const Kernels<Scalar>& kernels() {
+  return kernels_for<Scalar>(active_isa());
+}
+
+}  // namespace detail
+}  // namespace ATTEND_ABI
+}  // namespace attend

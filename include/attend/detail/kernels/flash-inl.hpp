@@ -1,0 +1,167 @@
+// attend/detail/kernels/flash-inl.hpp — one work item of the tiled kernel (detail/flash_attention.hpp): the online
+// softmax over the key blocks of a block of query rows. Compiled once per level (detail/kernels.hpp); no include guard.
+
+// Steps 1-3 for the key block [k0, k0 + bc) of a work item: its scores in ws.S (br, bc), each row's visible keys and
+// keep row in ws.first, ws.last and ws.keep. Row by row: the visible range [lo, hi) and the keep row's holes (set to
+// -inf), the block's maximum and the exponent of the row's factor a; then every row's a as packets; then each row's
+// exponentials and their sum, the entries outside [lo, hi) set to 0; then l and O rescaled. When every row sees the
+// whole block (every block without a mask) and the block is whole packets wide, the rows' partial sums are reduced
+// together (Simd::reduce_add_rows: the bits exp_shifted gives each row). A row that sees no key of the block gets a
+// zero row and a = 1: nothing added.
+template <class Scalar>
+void online_softmax_step(FlashWorkspace<Scalar>& ws, Index br, Index bc, Index k0) {
+  using S = Simd<Scalar>;
+  constexpr Index size = S::size;
+  constexpr Scalar inf = std::numeric_limits<Scalar>::infinity();
+  Scalar* scores = ws.S.data();          // (br, bc), rows ld apart
+  const Index ld = ws.S.outerStride();
+  Scalar* t = ws.rescale.data();         // (br rounded up to whole packets): the exponent of each row's a, then a
+  bool all_whole = true;                 // every row sees every key of the block
+  for (Index i = 0; i < br; ++i) {
+    const auto r = static_cast<std::size_t>(i);
+    const Index lo = std::clamp(ws.first[r] - k0, Index(0), bc), hi = std::clamp(ws.last[r] - k0, Index(0), bc);
+    const bool* keep = ws.keep[r];
+    all_whole = all_whole && lo == 0 && hi == bc && keep == nullptr;
+    Scalar* row = scores + i * ld;  // (bc)
+    t[i] = Scalar(0);               // a = 1 unless the maximum grows
+    ws.shift(i) = inf;              // until the row is seen to add something: its entries 0, and exp(0 - inf) = 0
+    bool kept = lo < hi;
+    if (kept && keep != nullptr) {
+      kept = false;
+      for (Index j = lo; j < hi; ++j) {
+        if (keep[k0 + j]) {
+          kept = true;
+        } else {
+          row[j] = -inf;  // exp(-inf - m) = 0 for any finite maximum m
+        }
+      }
+    }
+    if (!kept) {  // no key, or only holes here: nothing to add (a row's first kept key may come in a later block)
+      std::fill(row, row + bc, Scalar(0));
+      continue;
+    }
+    const Scalar block_max = row_max(row + lo, hi - lo);
+    if (block_max == -inf) {  // every visible score -inf (an overflow) or NaN: a -inf weighs 0 beside any finite
+      // score, so the block adds nothing (and -inf - -inf is no max); a NaN makes the row's sum NaN, and so its
+      // output, as on the direct path
+      for (Index j = lo; j < hi; ++j)
+        if (std::isnan(row[j])) ws.l(i) = std::numeric_limits<Scalar>::quiet_NaN();
+      std::fill(row, row + bc, Scalar(0));
+      continue;
+    }
+    Scalar& m = ws.m(i);
+    if (ws.l(i) == Scalar(0)) {
+      m = block_max;
+    } else if (block_max > m) {
+      t[i] = m - block_max;
+      m = block_max;
+    }
+    ws.shift(i) = m;
+  }
+  const Index padded = (br + size - 1) / size * size;
+  for (Index i = br; i < padded; ++i) t[i] = Scalar(0);  // the last packet's lanes past br
+  for (Index i = 0; i < br; i += size) S::store(t + i, S::exp(S::load(t + i)));
+  Scalar* sum = ws.block_sum.data();  // (br)
+  if (all_whole && bc % size == 0) {  // each row's sum as exp_shifted makes it, the rows' reductions together
+    Scalar* partial = ws.partial.data();  // (br, size)
+    for (Index i = 0; i < br; ++i)
+      S::store(partial + i * size, exp_shifted_packets(scores + i * ld, bc, S::set1(ws.shift(i))));
+    S::reduce_add_rows(partial, br, sum);
+  } else {
+    for (Index i = 0; i < br; ++i) {
+      const auto r = static_cast<std::size_t>(i);
+      const Index lo = std::clamp(ws.first[r] - k0, Index(0), bc), hi = std::clamp(ws.last[r] - k0, Index(0), bc);
+      Scalar* row = scores + i * ld;
+      sum[i] = exp_shifted(row + lo, hi - lo, ws.shift(i));  // lo <= hi
+      for (Index j = 0; j < lo; ++j) row[j] = Scalar(0);
+      for (Index j = hi; j < bc; ++j) row[j] = Scalar(0);
+    }
+  }
+  for (Index i = 0; i < br; ++i) {
+    ws.l(i) = t[i] * ws.l(i) + sum[i];
+    if (t[i] != Scalar(1)) ws.O.row(i) *= t[i];
+  }
+}
+
+// One work item: rows q0 .. q0 + br - 1 of head h of batch row b, its keys and values in `keys`; the shapes and the
+// rest as flash_attention_heads (detail/flash_attention.hpp).
+template <class Scalar>
+void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const HeadKeys<Scalar>& keys, Index num_queries,
+                           Index num_keys, Index b, Index h, Index q0, Index br, const Mask& mask,
+                           Eigen::Ref<Matrix<Scalar>> output, FlashBlocks blocks, FlashWorkspace<Scalar>& ws) {
+  const Index d = ws.Qs.cols(), dv = ws.O.cols();
+  const auto& V = keys.V;  // (num_keys, dv)
+  auto out = output.block(b * num_queries + q0, h * dv, br, dv);  // (br, dv)
+
+  // Each row's visible range [first, last): the visible prefix, narrowed to the first and last kept key when there
+  // is a keep row. The block's key loop covers the union of the rows' ranges.
+  Index block_first = num_keys, block_last = 0;
+  bool any_fully_masked = false;
+  for (Index i = 0; i < br; ++i) {
+    const auto r = static_cast<std::size_t>(i);
+    const Index prefix = mask.visible_prefix(b, q0 + i, num_queries, num_keys);
+    const bool* keep = mask.keep_row(b, q0 + i);
+    Index first = 0, last = prefix;
+    if (keep != nullptr) {
+      while (first < last && !keep[first]) ++first;
+      while (last > first && !keep[last - 1]) --last;
+    }
+    ws.first[r] = first;
+    ws.last[r] = last;
+    ws.keep[r] = keep;
+    if (first < last) {
+      block_first = std::min(block_first, first);
+      block_last = std::max(block_last, last);
+    } else {
+      any_fully_masked = true;
+    }
+  }
+
+  auto Qs = ws.Qs.topRows(br);  // (br, d)
+  auto O = ws.O.topRows(br);    // (br, dv)
+  if (block_first < block_last) {
+    const Scalar scale = Scalar(1) / std::sqrt(static_cast<Scalar>(d));
+    Qs.noalias() = scale * Q.block(b * num_queries + q0, h * d, br, d);
+    O.setZero();
+    ws.l.head(br).setZero();
+  }
+  // Key blocks are the K^T copy's panels: the first one is the panel that holds the block's first visible key.
+  for (Index k0 = block_first / blocks.key_rows * blocks.key_rows; k0 < block_last; k0 += blocks.key_rows) {
+    const Index bc = std::min(blocks.key_rows, block_last - k0);
+    auto S = ws.S.topLeftCorner(br, bc);                                      // (br, bc)
+    const Scalar* panel = keys.KT + k0 / blocks.key_rows * keys.panel_size;  // (d, panel_width); d = 0: null + 0
+    rows_times_matrix<false, Scalar>(Qs.data(), Qs.outerStride(), br, d, panel, keys.panel_width, bc, true, nullptr,
+                                     S.data(), S.outerStride());
+    online_softmax_step(ws, br, bc, k0);
+    const auto Vb = V.middleRows(k0, bc);  // (bc, dv)
+    if (mask.empty() || all_finite(Vb)) {  // with no mask every key is visible: a product over all of them is right
+      rows_times_matrix<true, Scalar>(S.data(), S.outerStride(), br, bc, Vb.data(), Vb.outerStride(), dv, true,
+                                      nullptr, O.data(), O.outerStride());
+    } else {  // 0 * NaN is NaN: each row adds its visible keys only, so a masked key's value row is never read; one
+      // multiply-add of the row kernel per key, the chain of the whole product less the keys of weight 0
+      for (Index i = 0; i < br; ++i) {
+        const auto r = static_cast<std::size_t>(i);
+        const Index lo = std::clamp(ws.first[r] - k0, Index(0), bc), hi = std::clamp(ws.last[r] - k0, Index(0), bc);
+        for (Index j = lo; j < hi; ++j)
+          if (ws.keep[r] == nullptr || ws.keep[r][k0 + j])
+            rows_times_matrix<true, Scalar>(S.data() + i * S.outerStride() + j, 1, 1, 1,
+                                            Vb.data() + j * Vb.outerStride(), Vb.outerStride(), dv, true, nullptr,
+                                            O.data() + i * O.outerStride(), O.outerStride());
+      }
+    }
+  }
+
+  // The head's mean value row, only when some row needs FullyMasked::uniform.
+  const bool uniform = mask.fully_masked() == FullyMasked::uniform && num_keys > 0;
+  if (any_fully_masked && uniform) ws.mean.transpose() = V.colwise().sum() / static_cast<Scalar>(num_keys);
+  for (Index i = 0; i < br; ++i) {
+    const auto r = static_cast<std::size_t>(i);
+    if (ws.first[r] < ws.last[r]) {
+      out.row(i) = O.row(i) / ws.l(i);
+    } else if (uniform) {
+      out.row(i) = ws.mean.transpose();
+    } else {
+      out.row(i).setZero();
+    }
+  }
+}

@@ -1,0 +1,213 @@
+// attend/detail/kernels/products-inl.hpp — Y = X B (+ bias), or Y += X B, for a row-major B read a row at a time.
+// Compiled once per level (detail/kernels.hpp) against that level's Simd<Scalar>; no include guard.
+//
+// Each row of Y is a sum of rows of B scaled by X's entries: packets along Y's columns, R rows of X at a time by up to
+// C = 4 packets of columns, all R * C accumulators in registers (row_accumulators: 6 x 4, or 12 x 2 for a narrow Y,
+// with 32 vector registers; 4 x 4 or 8 x 2 with 16); step k loads C packets of row k of B and R entries of X for
+// R * C multiply-adds. No packing, no reduction across lanes: for a B that stays in cache (a kept W^T of a projection,
+// a panel of K^T and a block of values in the tiled kernel, a tiny head's values) it runs faster than a GEMM that
+// repacks both operands on every call. A larger B is taken in panels that do (tuning::product_panel_bytes). A B whose
+// rows end at Y's last column (not padded to whole packets) gets its last columns, fewer than a packet, through one
+// packet of which only those lanes are loaded and stored.
+//
+// Every element of Y is one chain of multiply-adds over k in order, from 0 (or from Y's value when accumulating),
+// then plus its bias: the same bits whatever the number of rows in a call, so whatever the number of threads, and
+// whatever the panels.
+
+// How many accumulators a block of Y keeps in registers: all but 8 of the vector registers on a level with 32 (C
+// packets of B and a broadcast of X need the others), 16 on one with 16 (there the compiler folds loads of B into the
+// multiply-adds).
+template <class Scalar>
+constexpr int row_accumulators = Simd<Scalar>::registers >= 32 ? 24 : 16;
+
+// Columns [0, C packets) of R rows of Y, all of them present: Y[r, o] (+)= sum_k X[r, k] B[k, o] (+ bias[o]).
+// X: (R, in), rows ldx apart; B: (in, >= C packets), rows ldb apart; bias: (C packets) or null; Y rows ldy apart.
+// Only whole packets here, so that the compiler keeps every accumulator in a register.
+template <int R, int C, bool Accumulate, class Scalar>
+void rows_times_packets(const Scalar* X, Index ldx, Index in, const Scalar* B, Index ldb, const Scalar* bias, Scalar* Y,
+                        Index ldy) {
+  using S = Simd<Scalar>;
+  using Packet = typename S::Packet;
+  constexpr Index P = S::size;
+  Packet acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = Accumulate ? S::load(Y + r * ldy + c * P) : S::zero();
+  for (Index k = 0; k < in; ++k) {
+    const Scalar* b = B + k * ldb;
+    Packet bk[C];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) bk[c] = S::load(b + c * P);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const Packet x = S::set1(X[r * ldx + k]);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) acc[r][c] = S::madd(x, bk[c], acc[r][c]);
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    if (bias != nullptr) {
+      const Packet add = S::load(bias + c * P);
+      for (int r = 0; r < R; ++r) acc[r][c] = S::add(acc[r][c], add);
+    }
+    for (int r = 0; r < R; ++r) S::store(Y + r * ldy + c * P, acc[r][c]);
+  }
+}
+
+// Columns [o0, o0 + C packets) of R rows of Y, those below `out` written: as rows_times_packets, B read in whole
+// packets. When the last packet runs past `out`, Y's and the bias's entries go through a padded copy.
+template <int R, int C, bool Accumulate, class Scalar>
+void rows_times_matrix_block(const Scalar* X, Index ldx, Index in, const Scalar* B, Index ldb, Index o0, Index out,
+                             const Scalar* bias, Scalar* Y, Index ldy) {
+  constexpr Index width = C * Simd<Scalar>::size;
+  const Scalar* bias_o0 = bias != nullptr ? bias + o0 : nullptr;
+  const Scalar* B_o0 = in > 0 ? B + o0 : B;  // B is never read when in = 0, and may then be null
+  if (o0 + width <= out) {
+    rows_times_packets<R, C, Accumulate>(X, ldx, in, B_o0, ldb, bias_o0, Y + o0, ldy);
+    return;
+  }
+  const Index present = out - o0;  // 1 .. width - 1 columns
+  Scalar tile[R * width] = {};     // (R, width): the block of Y, zero past `out`
+  Scalar bias_tile[width] = {};    // (width)
+  if constexpr (Accumulate)
+    for (int r = 0; r < R; ++r)
+      for (Index o = 0; o < present; ++o) tile[r * width + o] = Y[r * ldy + o0 + o];
+  if (bias_o0 != nullptr)
+    for (Index o = 0; o < present; ++o) bias_tile[o] = bias_o0[o];
+  rows_times_packets<R, C, Accumulate>(X, ldx, in, B_o0, ldb, bias_o0 != nullptr ? bias_tile : nullptr, tile, width);
+  for (int r = 0; r < R; ++r)
+    for (Index o = 0; o < present; ++o) Y[r * ldy + o0 + o] = tile[r * width + o];
+}
+
+// Columns [o0, out) of R rows of Y, fewer than a packet: as rows_times_packets on one packet whose lanes past `out`
+// are neither read nor written (load_first, store_first), for a B whose rows end at `out`. The same operations as the
+// whole packets, so an element's bits do not depend on where it falls.
+template <int R, bool Accumulate, class Scalar>
+void rows_times_tail(const Scalar* X, Index ldx, Index in, const Scalar* B, Index ldb, Index o0, Index out,
+                     const Scalar* bias, Scalar* Y, Index ldy) {
+  using S = Simd<Scalar>;
+  using Packet = typename S::Packet;
+  const Index n = out - o0;  // 1 .. size - 1
+  Packet acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = Accumulate ? S::load_first(Y + r * ldy + o0, n) : S::zero();
+  for (Index k = 0; k < in; ++k) {
+    const Packet b = S::load_first(B + k * ldb + o0, n);
+    for (int r = 0; r < R; ++r) acc[r] = S::madd(S::set1(X[r * ldx + k]), b, acc[r]);
+  }
+  if (bias != nullptr) {
+    const Packet add = S::load_first(bias + o0, n);
+    for (int r = 0; r < R; ++r) acc[r] = S::add(acc[r], add);
+  }
+  for (int r = 0; r < R; ++r) S::store_first(Y + r * ldy + o0, acc[r], n);
+}
+
+// R rows of Y, every column: blocks of C = min(4, row_accumulators / R) packets, then the rest; see
+// rows_times_matrix for `padded`.
+template <int R, bool Accumulate, class Scalar>
+void rows_times_matrix_rows(const Scalar* X, Index ldx, Index in, const Scalar* B, Index ldb, Index out, bool padded,
+                            const Scalar* bias, Scalar* Y, Index ldy) {
+  constexpr Index P = Simd<Scalar>::size;
+  constexpr int C = std::min(4, row_accumulators<Scalar> / R);
+  static_assert(C >= 1, "at most row_accumulators rows a block");
+  const Index packets = padded ? (out + P - 1) / P : out / P;
+  Index p = 0;
+  for (; p + C <= packets; p += C)
+    rows_times_matrix_block<R, C, Accumulate>(X, ldx, in, B, ldb, p * P, out, bias, Y, ldy);
+  switch (packets - p) {
+    case 3:
+      if constexpr (C > 3) rows_times_matrix_block<R, 3, Accumulate>(X, ldx, in, B, ldb, p * P, out, bias, Y, ldy);
+      break;
+    case 2:
+      if constexpr (C > 2) rows_times_matrix_block<R, 2, Accumulate>(X, ldx, in, B, ldb, p * P, out, bias, Y, ldy);
+      break;
+    case 1:
+      if constexpr (C > 1) rows_times_matrix_block<R, 1, Accumulate>(X, ldx, in, B, ldb, p * P, out, bias, Y, ldy);
+      break;
+    default: break;
+  }
+  if (packets * P < out) rows_times_tail<R, Accumulate>(X, ldx, in, B, ldb, packets * P, out, bias, Y, ldy);
+}
+
+// rows_times_matrix below for a B that stays in cache. Rows go row_accumulators / 4 at a time (6 with 32
+// registers, C up to 4 packets of columns), or row_accumulators / 2 and then 8 when out is at most 2 packets (a head
+// of 32 floats: with few rows there, a step would make 2 loads of B and as many broadcasts as rows for only 2
+// multiply-adds a row); the rows left over 4 at a time, then one at a time. A row alone makes C loads of B for C
+// multiply-adds, so 8 rows go as 4 + 4, not 6 + 1 + 1 (the seed's projections have 8 rows), and 9 as 4 + 4 + 1.
+template <bool Accumulate, class Scalar>
+void rows_times_panel(const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B, Index ldb, Index out,
+                      bool padded, const Scalar* bias, Scalar* Y, Index ldy) {
+  constexpr Index P = Simd<Scalar>::size;
+  constexpr int wide = row_accumulators<Scalar> / 4, narrow = row_accumulators<Scalar> / 2;
+  Index r = 0;
+  if (out <= 2 * P) {
+    for (; r + narrow <= rows; r += narrow)
+      rows_times_matrix_rows<narrow, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, padded, bias, Y + r * ldy, ldy);
+    if constexpr (narrow > 8)
+      for (; r + 8 <= rows; r += 8)
+        rows_times_matrix_rows<8, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, padded, bias, Y + r * ldy, ldy);
+  } else if constexpr (wide > 4) {
+    Index blocks = rows / wide;
+    const Index left = rows % wide;
+    if (blocks > 0 && (left + wide) % 4 < left % 4) --blocks;  // the last wide block as 4-row ones: fewer rows alone
+    for (; r < blocks * wide; r += wide)
+      rows_times_matrix_rows<wide, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, padded, bias, Y + r * ldy, ldy);
+  }
+  for (; r + 4 <= rows; r += 4)
+    rows_times_matrix_rows<4, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, padded, bias, Y + r * ldy, ldy);
+  for (; r < rows; ++r)
+    rows_times_matrix_rows<1, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, padded, bias, Y + r * ldy, ldy);
+}
+
+// Y (rows, out) = X (rows, in) B (in, out) + bias, or Y += X B + bias when Accumulate. X rows ldx apart, B rows ldb
+// apart, Y rows ldy apart; bias (out) or null. With in = 0, Y = bias (0 without one), or Y unchanged when
+// accumulating: X and B are then never read, and either may be null.
+// padded: B's rows may be read in whole packets, out rounded up to a multiple of the packet (a padded copy, or out a
+// multiple of the packet); false: B's rows end at `out`, and the last out % packet columns of Y go through one packet
+// whose other lanes are not touched.
+// A B over tuning::product_panel_bytes goes in panels of product_panel_depth rows by product_panel_width columns,
+// each panel's depth slices accumulated in order (the bias with the last), so each element's chain is unchanged.
+template <bool Accumulate, class Scalar>
+void rows_times_matrix(const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B, Index ldb, Index out,
+                       bool padded, const Scalar* bias, Scalar* Y, Index ldy) {
+  const double bytes = static_cast<double>(in) * static_cast<double>(out) * sizeof(Scalar);
+  if (bytes <= tuning::product_panel_bytes) {
+    rows_times_panel<Accumulate>(X, ldx, rows, in, B, ldb, out, padded, bias, Y, ldy);
+    return;
+  }
+  constexpr Index depth = tuning::product_panel_depth<Scalar>, width = tuning::product_panel_width<Scalar>;
+  for (Index o0 = 0; o0 < out; o0 += width) {
+    const Index columns = std::min(width, out - o0);
+    for (Index k0 = 0; k0 < in; k0 += depth) {
+      const Index steps = std::min(depth, in - k0);
+      const Scalar* panel_bias = k0 + steps == in && bias != nullptr ? bias + o0 : nullptr;
+      const Scalar* panel = B + k0 * ldb + o0;  // (steps, columns), rows ldb apart
+      if (Accumulate || k0 > 0) {
+        rows_times_panel<true>(X + k0, ldx, rows, steps, panel, ldb, columns, padded, panel_bias, Y + o0, ldy);
+      } else {
+        rows_times_panel<false>(X + k0, ldx, rows, steps, panel, ldb, columns, padded, panel_bias, Y + o0, ldy);
+      }
+    }
+  }
+}
+
+// The same with `accumulate` a run-time flag: the form the dispatch table holds.
+template <class Scalar>
+void rows_times_matrix_entry(bool accumulate, const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B,
+                             Index ldb, Index out, bool padded, const Scalar* bias, Scalar* Y, Index ldy) {
+  if (accumulate) {
+    rows_times_matrix<true>(X, ldx, rows, in, B, ldb, out, padded, bias, Y, ldy);
+  } else {
+    rows_times_matrix<false>(X, ldx, rows, in, B, ldb, out, padded, bias, Y, ldy);
+  }
+}
+
+// B (cols, rows) = A (rows, cols)^T. A's rows lda apart, B's ldb apart; the two may not overlap. Exact (a copy):
+// tile x tile blocks through registers (Simd::transpose_tile), the edges by scalars.
+template <class Scalar>
+void transpose_into(const Scalar* A, Index lda, Index rows, Index cols, Scalar* B, Index ldb) {
+  constexpr Index T = Simd<Scalar>::tile;
+  const Index block_rows = rows / T * T, block_cols = cols / T * T;
+  for (Index i = 0; i < block_rows; i += T)
+    for (Index j = 0; j < block_cols; j += T) Simd<Scalar>::transpose_tile(A + i * lda + j, lda, B + j * ldb + i, ldb);
+  for (Index i = 0; i < rows; ++i)  // the edges: columns past the blocks, then rows past them
+    for (Index j = i < block_rows ? block_cols : 0; j < cols; ++j) B[j * ldb + i] = A[i * lda + j];
+}

@@ -1,0 +1,80 @@
+// attend/detail/tuning.hpp — every tuning constant of attend's kernels, each with the reason for its value.
+//
+// Sizes are in elements of Scalar where they say so, otherwise in bytes. The caches they are sized for: 32-48 KiB of
+// L1d and 0.5-2 MiB of L2 per core (Zen 3 and 4, Ice Lake to Emerald Rapids Xeons). docs/PERFORMANCE.md has the
+// measurements behind them and the commands that repeat them.
+#pragma once
+
+#include <attend/config.hpp>
+
+#include <Eigen/Core>
+#include <cstddef>
+
+namespace attend {
+inline namespace ATTEND_ABI {
+namespace detail {
+namespace tuning {
+
+// The widest packet of any level (AVX-512's 64 bytes): buffers that a kernel reads in whole packets are padded to
+// this, so that one layout serves every level.
+constexpr std::size_t widest_packet_bytes = 64;
+
+// The tiled kernel's tile, Br query rows by Bc keys: an S tile of 128 KiB, with the K^T and V blocks and the query
+// block about 320 KiB at heads of 64, inside L2 with room for the next block.
+template <class Scalar>
+constexpr Eigen::Index flash_query_rows = 128;
+template <class Scalar>
+constexpr Eigen::Index flash_key_rows = sizeof(Scalar) <= 4 ? 256 : 128;
+
+// The tiled kernel copies V head-major when a head's value rows, num_heads * dv apart, span more than this: below
+// it they stay in L2 between query blocks as they are (half of a 2 MiB L2).
+constexpr double flash_value_copy_span = 1 << 20;
+
+// The direct path while one call's weights take at most this (about one core's L2): AttentionPath::automatic takes
+// the tiled path above it, in evaluation mode.
+constexpr double direct_path_bytes = 1 << 20;
+
+// Rows of a projection's chunk, one piece of work for a thread: large enough that the weight's passes over it are a
+// small part of the chunk's work; fixed, so that the split, and so the bits, do not depend on the thread count.
+constexpr Eigen::Index rows_per_chunk = 256;
+
+// A projection multiplies from a kept, transposed copy of W while that copy takes at most this (a quarter of a 1 MiB
+// L2: each block of rows streams all of it).
+constexpr double kept_transpose_bytes = 256.0 * 1024;
+
+// The row kernel's panels of B: a product whose B is larger than this runs over panels of at most
+// product_panel_depth rows by product_panel_width columns, each staying in L2 while every row of X passes over it.
+constexpr double product_panel_bytes = 128.0 * 1024;
+template <class Scalar>
+constexpr Eigen::Index product_panel_depth = 256;
+template <class Scalar>
+constexpr Eigen::Index product_panel_width = 128 * 4 / sizeof(Scalar);  // 512 bytes a row
+
+// Projections of at most this many rows of floats read W as it is stored on the avx512 level (the seed's 8 rows):
+// no kept copy to compare; and of inputs at most few_rows_max_in wide (their interleaved copy, 16 KiB, on the stack).
+constexpr Eigen::Index few_rows = 8;
+constexpr Eigen::Index few_rows_max_in = 512;
+
+// A head whose products have at most this many multiply-adds (queries * keys * d) is computed on packet loops of its
+// own: Eigen's GEMM costs more to set up than to run there.
+constexpr Eigen::Index tiny_product = 16 * 16 * 32;
+
+// Eigen 3.4 runs a product of fewer multiply-adds than this on the calling thread whatever its thread count
+// (Parallelizer.h: at most one thread per 50000 multiply-adds).
+constexpr double eigen_serial_product = 100000;
+// Below this many multiply-adds in all, starting a team of threads costs more than it saves.
+constexpr double worth_a_team = 1e6;
+
+}  // namespace tuning
+
+// Scalars in the widest packet, and n rounded up to whole such packets: the width of a buffer that every level's
+// kernels may read in whole packets (detail/kernels/products-inl.hpp, padded = true).
+template <class Scalar>
+constexpr Eigen::Index row_packet_size = static_cast<Eigen::Index>(tuning::widest_packet_bytes / sizeof(Scalar));
+template <class Scalar>
+constexpr Eigen::Index padded_to_packets(Eigen::Index n) {
+  return (n + row_packet_size<Scalar> - 1) / row_packet_size<Scalar> * row_packet_size<Scalar>;
+}
+}  // namespace detail
+}  // namespace ATTEND_ABI
+}  // namespace attend
