@@ -235,6 +235,7 @@ nlohmann::ordered_json configuration() {
   c["program_backend"] = backend;
   c["eigen"] = attend::detail::message(EIGEN_WORLD_VERSION, '.', EIGEN_MAJOR_VERSION, '.', EIGEN_MINOR_VERSION,
                                        ", ", Eigen::SimdInstructionSetsInUse());
+  c["attend_isa"] = attend::isa_name(attend::active_isa());
   c["attend_openmp"] = attend::has_openmp();
   c["torch"] = TORCH_VERSION;
   c["torch_cpu_capability"] = torch_cpu_capability();

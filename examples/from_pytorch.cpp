@@ -28,6 +28,14 @@
 
 namespace {
 
+// A shape as PyTorch prints it: "(2, 4, 100)".
+template <class Dims>
+std::string shape_of(const Dims& dims) {
+  std::string text = "(";
+  for (std::size_t i = 0; i < dims.size(); ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
+  return text + ")";
+}
+
 using attend::Index;
 using attend::Tensor3;
 
@@ -68,17 +76,17 @@ int main(int argc, char** argv) try {
 
   std::cout << "nn.MultiheadAttention's state dict (" << data << "/mha.safetensors):\n";
   for (const auto& [name, tensor] : weights)
-    std::cout << "  " << std::left << std::setw(16) << name << std::right << attend::detail::shape_text(tensor.shape)
+    std::cout << "  " << std::left << std::setw(16) << name << std::right << shape_of(tensor.shape)
               << '\n';
   std::cout << "as attend's MultiHeadAttention (d2l's names), " << attention.num_heads() << " heads of "
             << attention.num_hiddens() / attention.num_heads() << " features:\n";
   for (const auto& [name, tensor] : attention.state_dict())
-    std::cout << "  " << std::left << std::setw(16) << name << std::right << attend::detail::shape_text(tensor.shape)
+    std::cout << "  " << std::left << std::setw(16) << name << std::right << shape_of(tensor.shape)
               << '\n';
 
   const auto io = attend::load_safetensors<float>(data + "/io.safetensors");
   const Tensor3<float> X = attend::to_tensor3(io, "X");  // (batch, steps, embed_dim) = (2, 5, 16)
-  std::cout << "\nself-attention on X " << attend::detail::shape_text(X.dimensions())
+  std::cout << "\nself-attention on X " << shape_of(X.dimensions())
             << ", float32; a = attend's output, e = PyTorch's:\n";
 
   // 1. No mask: module(X, X, X, need_weights=False)[0].

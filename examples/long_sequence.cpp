@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     const attend::Tensor3<float> Y = attention(X, X, X);  // (1, n, d)
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const bool tiled = attend::detail::takes_tiled_path<float>(attention.path(), false, n * n);
+    const bool tiled = attention.last_call_tiled();
     std::cout << "MultiHeadAttention<float>, one head, d = " << d << ", n = " << n << ", " << attend::num_threads()
               << " thread(s)\n"
               << "path: " << (tiled ? "tiled" : "direct") << " (the (n, n) weights would take "
@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
 
     // Check rows against the formula in double: first, middle, last.
     const auto to_double = [](const attend::Matrix<float>& W) { return attend::Matrix<double>(W.cast<double>()); };
-    const attend::Matrix<double> Xd = attend::detail::as_matrix(X).cast<double>();  // (n, d)
+    const attend::Matrix<double> Xd = Eigen::Map<const attend::Matrix<float>>(X.data(), n, d).cast<double>();  // (n, d)
     const attend::Matrix<double> Q = Xd * to_double(attention.W_q().weight()).transpose();
     const attend::Matrix<double> K = Xd * to_double(attention.W_k().weight()).transpose();
     const attend::Matrix<double> V = Xd * to_double(attention.W_v().weight()).transpose();

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <attend/config.hpp>
+#include <attend/detail/tuning.hpp>
 
 #include <attend/tensor.hpp>
 
@@ -37,8 +38,8 @@ inline std::ostream& operator<<(std::ostream& out, AttentionPath path) {
 
 namespace detail {
 
-// automatic's threshold: the bytes of one call's (batch * heads, queries, keys) weights (1 MiB, about one core's L2).
-constexpr double direct_weights_budget = 1 << 20;
+// automatic's threshold: the bytes of one call's (batch * heads, queries, keys) weights (tuning.hpp).
+constexpr double direct_weights_budget = tuning::direct_path_bytes;
 
 // True when a call should run the tiled kernel. weights: the number of elements the direct path would form.
 template <class Scalar>

@@ -61,6 +61,8 @@ class AttentionPathModule : public Module {
 
   void set_path(AttentionPath path) { path_ = checked_path(path, Derived::name); }
   AttentionPath path() const { return path_; }
+  // True when the last operator() took the tiled path (and so kept no attention weights).
+  bool last_call_tiled() const { return last_call_tiled_; }
 
   const Tensor3<Scalar>& attention_weights() const {
     if (last_call_tiled_)

@@ -18,10 +18,9 @@
 #if defined(__clang__)
 #define ATTEND_TARGET_AVX2_BEGIN \
   _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,f16c\"))), apply_to = function)")
-#define ATTEND_TARGET_AVX512_BEGIN                                                                                   \
-  _Pragma(                                                                                                           \
-      "clang attribute push(__attribute__((target(\"avx2,fma,f16c,avx512f,avx512dq,avx512bw,avx512vl\"))), "        \
-      "apply_to = function)")
+// (_Pragma takes one string literal, not a concatenation: the line is long.)
+#define ATTEND_TARGET_AVX512_BEGIN \
+  _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,f16c,avx512f,avx512dq,avx512bw,avx512vl\"))), apply_to = function)")
 #define ATTEND_TARGET_END _Pragma("clang attribute pop")
 #else
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_ps() through, which its -Wmaybe-uninitialized reports as used
