@@ -15,9 +15,8 @@
 // product reads them in place with that row stride (only the chunks of steps at either end of a batch row, whose
 // fields reach past it, read a copy with zero steps around it). W is reordered to match, transposed
 // (row t * in_channels + i holding W[o, i, t] in column o), and the product is attend's row kernel
-// (detail/rows_times_matrix.hpp), which reads it in place, unpacked: Eigen's GEMM, used before, packed both operands
-// on every call, and reached 85-118 GFLOP/s on the benchmark's shapes where the row kernel reaches 120-145 (one core of
-// the README's Emerald Rapids Xeon). Extra memory: the reordered W, and per thread the copy of at most one chunk.
+// (detail/kernels/products-inl.hpp) on the active level, which reads it in place, unpacked, in panels that stay in
+// L2. Extra memory: the reordered W, and per thread the copy of at most one chunk.
 //
 // Initialised as PyTorch does: W, then bias, uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)) with
 // fan_in = in_channels * kernel_size; W is drawn in its row-major order (o, i, t). state_dict() uses nn.Conv1d's

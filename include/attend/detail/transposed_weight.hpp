@@ -1,14 +1,12 @@
-// attend/detail/transposed_weight.hpp — Y = X W^T + b for a few rows, from a kept transposed copy of W.
+// attend/detail/transposed_weight.hpp — Y = X W^T + b from a kept transposed copy of W.
 //
-// For a few rows of X, a GEMM library spends more time packing W than multiplying: Eigen re-packs all of W on every
-// call, and the seed's (8, 100) x (100, 100) projections spent more than half their time there. Here W^T is kept,
-// padded to whole packets, in a TransposedWeight; each row of Y is then a sum of rows of W^T scaled by X's entries
-// (detail/rows_times_matrix.hpp), on full packets with no reduction across lanes.
+// A GEMM library packs W on every call, which for a few rows of X costs more than the multiplication. Here W^T is
+// kept, padded to whole packets, in a TransposedWeight; each row of Y is then a sum of rows of W^T scaled by X's
+// entries (the row kernel, detail/kernels/products-inl.hpp), on full packets with no reduction across lanes.
 //
 // A kept copy must never be stale: Linear::weight() hands out a reference, so W may change at any time between
 // calls. TransposedWeight therefore keeps the W it was made from and compares it, bit for bit, with the W of every
-// call (a memcmp: at the seed's shape a third of the kept path's time, which is still well under Eigen's repacking),
-// and rebuilds when they differ.
+// call (a memcmp, cheaper than packing W), and rebuilds when they differ.
 #pragma once
 
 #include <attend/config.hpp>

@@ -3,7 +3,7 @@
 //
 // Each row of Y is a sum of rows of B scaled by X's entries: packets along Y's columns, R rows of X at a time by up to
 // C = 4 packets of columns, all R * C accumulators in registers (row_accumulators: 6 x 4, or 12 x 2 for a narrow Y,
-// with 32 vector registers; 4 x 4 or 8 x 2 with 16); step k loads C packets of row k of B and R entries of X for
+// with 32 vector registers; 4 x 3 or 6 x 2 with 16); step k loads C packets of row k of B and R entries of X for
 // R * C multiply-adds. No packing, no reduction across lanes: for a B that stays in cache (a kept W^T of a projection,
 // a panel of K^T and a block of values in the tiled kernel, a tiny head's values) it runs faster than a GEMM that
 // repacks both operands on every call. A larger B is taken in panels that do (tuning::product_panel_bytes). A B whose
@@ -15,10 +15,11 @@
 // whatever the panels.
 
 // How many accumulators a block of Y keeps in registers: all but 8 of the vector registers on a level with 32 (C
-// packets of B and a broadcast of X need the others), 16 on one with 16 (there the compiler folds loads of B into the
-// multiply-adds).
+// packets of B and a broadcast of X need the others), 12 on one with 16 (the compiler folds the loads of B into the
+// multiply-adds; 16 accumulators and the broadcast would not fit, and a spill in the inner loop cost a third of the
+// time: docs/PERFORMANCE.md).
 template <class Scalar>
-constexpr int row_accumulators = Simd<Scalar>::registers >= 32 ? 24 : 16;
+constexpr int row_accumulators = Simd<Scalar>::registers >= 32 ? 24 : 12;
 
 // Columns [0, C packets) of R rows of Y, all of them present: Y[r, o] (+)= sum_k X[r, k] B[k, o] (+ bias[o]).
 // X: (R, in), rows ldx apart; B: (in, >= C packets), rows ldb apart; bias: (C packets) or null; Y rows ldy apart.
