@@ -1,5 +1,5 @@
 // The function each object of the ODR test defines: the seed's multi-head self-attention, evaluated.
 #pragma once
 
-float seed_attention_x86_64();     // in x86_64.cpp, compiled with -march=x86-64
-float seed_attention_x86_64_v4();  // in x86_64_v4.cpp, compiled with -march=x86-64-v4
+float seed_attention_x86_64();     // attention.cpp compiled with -march=x86-64
+float seed_attention_x86_64_v4();  // attention.cpp compiled with -march=x86-64-v4

@@ -1,9 +1,10 @@
-// One of the two objects of the ODR test (run.cmake): the same attend code, compiled with -march=x86-64.
+// The ODR test's object (run.cmake), compiled twice: with -march=x86-64 and SEED_ATTENTION=seed_attention_x86_64, and
+// with -march=x86-64-v4 and SEED_ATTENTION=seed_attention_x86_64_v4. The same attend code in both.
 #include "attention.hpp"
 
 #include <attend/attend.hpp>
 
-float seed_attention_x86_64() {
+float SEED_ATTENTION() {
   attend::Generator generator(1);
   attend::MultiHeadAttention<float> attention(100, 100, 100, 100, 5, 0.0f, false, generator);
   attention.eval();
