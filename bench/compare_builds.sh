@@ -20,6 +20,6 @@ printf '%-20s %14s %14s %10s\n' "(batch,n,d,heads)" "default (us)" "native (us)"
 for shape in $(awk '/^\(/ {print $1}' "$out/default" | awk '!seen[$0]++'); do
   a=$(awk -v s="$shape" '$1 == s {print $2}' "$out/default" | median)
   b=$(awk -v s="$shape" '$1 == s {print $2}' "$out/native" | median)
-  printf '%-20s %14s %14s %10.2f\n' "$shape" "$a" "$b" "$(echo "$a / $b" | bc -l)"
+  printf '%-20s %14s %14s %10.2f\n' "$shape" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN {print a / b}')"
 done
 rm -rf "$out"
