@@ -5,6 +5,7 @@
 // changes nothing), large scores, and the same bits whatever the number of threads.
 #include <attend/detail/attend_rows.hpp>
 #include <attend/detail/flash_attention.hpp>
+#include <attend/detail/heads.hpp>
 #include <attend/mask.hpp>
 #include <catch2/catch.hpp>
 #include <support/matchers.hpp>
@@ -27,6 +28,7 @@ using attend::Matrix;
 using attend::Tensor3;
 using attend::ValidLens;
 using attend::detail::FlashBlocks;
+using attend::detail::heads_of;
 
 namespace {
 
@@ -83,8 +85,11 @@ template <class Scalar>
 Matrix<Scalar> direct(const Inputs<Scalar>& in, const Shape& s, const Mask& mask) {
   Matrix<Scalar> output(s.batch * s.num_queries, s.num_heads * s.dv);  // (batch * queries, heads * dv)
   Tensor3<Scalar> weights;                                              // (batch * heads, queries, keys)
-  attend::detail::scaled_dot_product_heads<Scalar>(in.Q, in.K, in.V, s.batch, s.num_queries, s.num_keys, s.num_heads,
-                                                   mask, weights, output, Scalar(0), nullptr);
+  attend::detail::scaled_dot_product_heads<Scalar>(heads_of(in.Q, s.batch, s.num_queries, s.num_heads),
+                                                   heads_of(in.K, s.batch, s.num_keys, s.num_heads),
+                                                   heads_of(in.V, s.batch, s.num_keys, s.num_heads), mask, weights,
+                                                   heads_of(output, s.batch, s.num_queries, s.num_heads), Scalar(0),
+                                                   nullptr);
   return output;
 }
 
@@ -93,8 +98,10 @@ template <class Scalar>
 Matrix<Scalar> flash(const Inputs<Scalar>& in, const Shape& s, const Mask& mask, FlashBlocks blocks) {
   Matrix<Scalar> output =  // (batch * queries, heads * dv)
       Matrix<Scalar>::Constant(s.batch * s.num_queries, s.num_heads * s.dv, std::numeric_limits<Scalar>::quiet_NaN());
-  attend::detail::flash_attention_heads<Scalar>(in.Q, in.K, in.V, s.batch, s.num_queries, s.num_keys, s.num_heads,
-                                                mask, output, blocks);
+  attend::detail::flash_attention_heads<Scalar>(heads_of(in.Q, s.batch, s.num_queries, s.num_heads),
+                                                heads_of(in.K, s.batch, s.num_keys, s.num_heads),
+                                                heads_of(in.V, s.batch, s.num_keys, s.num_heads), mask,
+                                                heads_of(output, s.batch, s.num_queries, s.num_heads), blocks);
   return output;
 }
 
@@ -318,8 +325,12 @@ TEMPLATE_TEST_CASE("flash_attention_heads writes only its output's columns", "[f
   std::mt19937 rng(17);
   const auto in = random_inputs<TestType>(s, rng);
   Matrix<TestType> wide = Matrix<TestType>::Constant(s.batch * s.num_queries, s.num_heads * s.dv + 5, 7);
-  attend::detail::flash_attention_heads<TestType>(in.Q, in.K, in.V, s.batch, s.num_queries, s.num_keys, s.num_heads,
-                                                  Mask::causal(), wide.middleCols(2, s.num_heads * s.dv), {8, 8});
+  attend::detail::flash_attention_heads<TestType>(heads_of(in.Q, s.batch, s.num_queries, s.num_heads),
+                                                  heads_of(in.K, s.batch, s.num_keys, s.num_heads),
+                                                  heads_of(in.V, s.batch, s.num_keys, s.num_heads), Mask::causal(),
+                                                  heads_of(wide.middleCols(2, s.num_heads * s.dv), s.batch,
+                                                           s.num_queries, s.num_heads),
+                                                  {8, 8});
   REQUIRE((wide.leftCols(2).array() == TestType(7)).all());
   REQUIRE((wide.rightCols(3).array() == TestType(7)).all());
   REQUIRE_THAT(Matrix<TestType>(wide.middleCols(2, s.num_heads * s.dv)),
@@ -403,4 +414,55 @@ TEMPLATE_TEST_CASE("flash_attention_heads: a key block whose visible scores are 
   REQUIRE(expected.array().isNaN().all());
   const FlashBlocks blocks = first_nan % 3 == 0 ? FlashBlocks{2, 3} : FlashBlocks{2, first_nan};
   REQUIRE(flash(in, s, mask, blocks).array().isNaN().all());
+}
+
+TEMPLATE_TEST_CASE("both paths read heads through a view: grouped key/value heads and a cache with spare rows",
+                   "[flash_attention][heads]", float, double) {
+  // Grouped-query attention: 4 query heads on 2 key/value heads, query head h reading key/value head h / 2, must give
+  // the bits of ordinary multi-head attention on keys and values whose head h is a copy of head h / 2. And the keys
+  // and values read in place from a cache with room for 7 more steps per batch row (NaN there: never read).
+  const Index dv = GENERATE(8, 5);  // 5: the tiled path copies the values, padded to whole packets
+  const int kind = GENERATE(0, 6, 9);
+  const Shape s{2, 37, 29, 4, 8, dv};
+  const Index kv_heads = 2, group = s.num_heads / kv_heads, spare = 7;
+  CAPTURE(dv, mask_kinds[kind]);
+  std::mt19937 rng(53);
+  const Matrix<TestType> Q = uniform_matrix<TestType>(s.batch * s.num_queries, s.num_heads * s.d, rng);
+  const Matrix<TestType> K = uniform_matrix<TestType>(s.batch * s.num_keys, kv_heads * s.d, rng);
+  const Matrix<TestType> V = uniform_matrix<TestType>(s.batch * s.num_keys, kv_heads * dv, rng);
+  const Mask mask = make_mask(kind, s, rng);
+
+  // Every query head's own copy of its key/value head: (batch * keys, heads * d) and (batch * keys, heads * dv).
+  Inputs<TestType> repeated{Q, Matrix<TestType>(K.rows(), s.num_heads * s.d), Matrix<TestType>(V.rows(), s.num_heads * dv)};
+  for (Index h = 0; h < s.num_heads; ++h) {
+    repeated.K.middleCols(h * s.d, s.d) = K.middleCols(h / group * s.d, s.d);
+    repeated.V.middleCols(h * dv, dv) = V.middleCols(h / group * dv, dv);
+  }
+  // The cache: (batch * (keys + spare), kv_heads * d), batch row b's steps from row b * (keys + spare).
+  const TestType nan = std::numeric_limits<TestType>::quiet_NaN();
+  Matrix<TestType> K_cache = Matrix<TestType>::Constant(s.batch * (s.num_keys + spare), K.cols(), nan);
+  Matrix<TestType> V_cache = Matrix<TestType>::Constant(s.batch * (s.num_keys + spare), V.cols(), nan);
+  for (Index b = 0; b < s.batch; ++b) {
+    K_cache.middleRows(b * (s.num_keys + spare), s.num_keys) = K.middleRows(b * s.num_keys, s.num_keys);
+    V_cache.middleRows(b * (s.num_keys + spare), s.num_keys) = V.middleRows(b * s.num_keys, s.num_keys);
+  }
+  using Heads = attend::detail::Heads<const TestType>;
+  const Heads Qh = heads_of(Q, s.batch, s.num_queries, s.num_heads);
+  const Heads grouped[2][2] = {
+      {heads_of(K, s.batch, s.num_keys, kv_heads), heads_of(V, s.batch, s.num_keys, kv_heads)},
+      {Heads{K_cache.data(), K_cache.cols(), s.num_keys + spare, s.batch, s.num_keys, kv_heads, s.d},
+       Heads{V_cache.data(), V_cache.cols(), s.num_keys + spare, s.batch, s.num_keys, kv_heads, dv}}};
+
+  const Matrix<TestType> expected_direct = direct(repeated, s, mask);
+  const Matrix<TestType> expected_flash = flash(repeated, s, mask, {8, 8});
+  for (const auto& kv : grouped) {
+    Matrix<TestType> output = Matrix<TestType>::Constant(Q.rows(), s.num_heads * dv, nan);  // (batch * q, heads * dv)
+    const auto out = heads_of(output, s.batch, s.num_queries, s.num_heads);
+    Tensor3<TestType> weights;
+    attend::detail::scaled_dot_product_heads<TestType>(Qh, kv[0], kv[1], mask, weights, out, TestType(0), nullptr);
+    REQUIRE_THAT(output, attend_test::Near(expected_direct, exact<TestType>()));
+    output.setConstant(nan);
+    attend::detail::flash_attention_heads<TestType>(Qh, kv[0], kv[1], mask, out, {8, 8});
+    REQUIRE_THAT(output, attend_test::Near(expected_flash, exact<TestType>()));
+  }
 }

@@ -7,8 +7,10 @@
 #include <attend/masked_softmax.hpp>
 #include <attend/multi_head_attention.hpp>
 #include <attend/transpose_qkv.hpp>
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -248,6 +250,55 @@ TEST_CASE("visible_prefix is the minimum of the prefix limits, and keep_row adds
   CHECK_FALSE(with_keep.keep_row(1, 1)[3]);  // batch row 1 reads the broadcast row 0
   CHECK_FALSE(with_keep.keeps(0, 1, 3, 3, 7));
   CHECK(with_keep.keeps(0, 1, 4, 3, 7));
+}
+
+TEST_CASE("visible_keys describes exactly the keys of visible_prefix and keep_row, its range as narrow as can be",
+          "[mask]") {
+  // The definition (mask.hpp): key j of query q is visible when j < visible_prefix(b, q) and the keep row, if any,
+  // holds true at j. visible_keys must see exactly those keys, visit them in order, and have first and last - 1 at
+  // the first and last of them (first == last when there is none).
+  std::mt19937 rng(29);
+  const Index batch = 2, num_queries = 6, num_keys = 9;
+  std::bernoulli_distribution coin(0.35);
+  Tensor3<bool> K(batch, num_queries, num_keys);  // sparse, so that rows with no kept key and holes at the ends occur
+  for (Index i = 0; i < K.size(); ++i) K.data()[i] = coin(rng);
+  for (Index j = 0; j < num_keys; ++j) K(1, 0, j) = false;  // a row that keeps nothing
+  const Mask masks[] = {Mask{},
+                        Mask::causal(),
+                        Mask(ValidLens{4, 0}),
+                        Mask::keep(K),
+                        Mask(ValidLens{7, 3}) && Mask::causal() && Mask::keep(K)};
+  for (std::size_t m = 0; m < std::size(masks); ++m)
+    for (Index b = 0; b < batch; ++b)
+      for (Index q = 0; q < num_queries; ++q) {
+        CAPTURE(m, b, q);
+        const Mask& mask = masks[m];
+        const Index prefix = mask.visible_prefix(b, q, num_queries, num_keys);
+        const bool* keep = mask.keep_row(b, q);
+        std::vector<Index> expected;
+        for (Index j = 0; j < prefix; ++j)
+          if (keep == nullptr || keep[j]) expected.push_back(j);
+        const attend::VisibleKeys keys = mask.visible_keys(b, q, num_queries, num_keys);
+        std::vector<Index> visited;
+        keys.for_each([&](Index j) { visited.push_back(j); });
+        CHECK(visited == expected);
+        CHECK(keys.none() == expected.empty());
+        if (!expected.empty()) {
+          CHECK(keys.first == expected.front());
+          CHECK(keys.last == expected.back() + 1);
+        }
+        for (Index j = 0; j < num_keys; ++j) {
+          const bool visible = std::find(expected.begin(), expected.end(), j) != expected.end();
+          CHECK(keys.sees(j) == visible);
+          CHECK(mask.keeps(b, q, j, num_queries, num_keys) == visible);
+        }
+        std::vector<Index> middle;  // a window of the keys, as the tiled path visits a key block
+        keys.for_each(2, 6, [&](Index j) { middle.push_back(j); });
+        std::vector<Index> expected_middle;
+        for (Index j : expected)
+          if (j >= 2 && j < 6) expected_middle.push_back(j);
+        CHECK(middle == expected_middle);
+      }
 }
 
 TEMPLATE_TEST_CASE("a && b keeps exactly the element-wise AND, whatever the parts", "[mask]", float, double) {

@@ -309,8 +309,8 @@ TEMPLATE_TEST_CASE("masked_softmax_block gives every row the bits of masked_soft
     Rows block = wide.leftCols(num_keys);  // (queries, keys), contiguous
     Rows by_rows = block;
     for (Index q = 0; q < num_queries; ++q)
-      kernel.masked_softmax_row(&by_rows(q, 0), num_keys, mask.visible_prefix(0, q, num_queries, num_keys),
-                                mask.keep_row(0, q), mask.fully_masked());
+      kernel.masked_softmax_row(&by_rows(q, 0), num_keys, mask.visible_keys(0, q, num_queries, num_keys),
+                                mask.fully_masked());
     kernel.masked_softmax_block(block.data(), num_queries, num_keys, num_keys, mask, 0);
     auto view = wide.leftCols(num_keys);  // the same scores, rows num_keys + 3 apart
     kernel.masked_softmax_block(view.data(), num_queries, num_keys, view.outerStride(), mask, 0);

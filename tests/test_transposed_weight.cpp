@@ -101,6 +101,24 @@ TEMPLATE_TEST_CASE("A kept W^T is rebuilt when W changes, never stale", "[transp
   if (after.cols() == before.cols()) REQUIRE(after != before);
 }
 
+TEMPLATE_TEST_CASE("A W^T made for one call (transpose_only) is never taken for a kept one", "[transposed_weight]",
+                   float, double) {
+  // refresh(W1), then transpose_only(W2) over the same object, then refresh(W1) again: the last must give W1^T, not
+  // the W2^T left by transpose_only (W1 is still the W the object last kept).
+  const Matrix<TestType> X = random_matrix<TestType>(5, 20, 17);   // (5, 20)
+  const Matrix<TestType> W1 = random_matrix<TestType>(30, 20, 18);  // (30, 20)
+  const Matrix<TestType> W2 = random_matrix<TestType>(30, 20, 19);  // (30, 20)
+  const Vector<TestType> none;
+  TransposedWeight<TestType> weight, fresh;
+  weight.refresh(W1.data(), W1.rows(), W1.cols());
+  weight.transpose_only(W2.data(), W2.rows(), W2.cols());
+  Matrix<TestType> Y(X.rows(), W2.rows());  // (5, 30)
+  attend::detail::times_transposed(X.data(), X.cols(), X.rows(), X.cols(), weight, W2.rows(),
+                                   static_cast<const TestType*>(nullptr), Y.data(), Y.cols());
+  REQUIRE(Y == times_kept(X, W2, none, fresh));
+  REQUIRE(times_kept(X, W1, none, weight) == times_kept(X, W1, none, fresh));
+}
+
 TEMPLATE_TEST_CASE("project_rows: a kept W^T gives the bits of a W^T made for the call", "[transposed_weight]", float,
                    double) {
   // 300 rows: two chunks of project_rows (256 + 44); 9: just past the rows that may take

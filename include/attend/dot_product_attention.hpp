@@ -17,6 +17,7 @@
 #include <attend/detail/attend_rows.hpp>
 #include <attend/detail/attention_path_module.hpp>
 #include <attend/detail/flash_attention.hpp>
+#include <attend/detail/heads.hpp>
 #include <attend/mask.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
@@ -107,14 +108,15 @@ class DotProductAttention : public detail::AttentionPathModule<DotProductAttenti
                       bool tiled) const {
     const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
     Tensor3<Scalar> output(batch, num_queries, values.dimension(2));  // (batch, q, v)
+    // One head per batch row: (batch, steps) steps of one head of features.
+    const auto Q = detail::heads_of(detail::as_matrix(queries), batch, num_queries, 1);
+    const auto K = detail::heads_of(detail::as_matrix(keys), batch, num_keys, 1);
+    const auto V = detail::heads_of(detail::as_matrix(values), batch, num_keys, 1);
+    const auto out = detail::heads_of(detail::as_matrix(output), batch, num_queries, 1);
     if (tiled) {
-      detail::flash_attention_heads<Scalar>(detail::as_matrix(queries), detail::as_matrix(keys),
-                                            detail::as_matrix(values), batch, num_queries, num_keys, 1, mask,
-                                            detail::as_matrix(output), ws.tiles);
+      detail::flash_attention_heads<Scalar>(Q, K, V, mask, out, ws.tiles);
     } else {
-      detail::scaled_dot_product_heads<Scalar>(detail::as_matrix(queries), detail::as_matrix(keys),
-                                               detail::as_matrix(values), batch, num_queries, num_keys, 1, mask,
-                                               weights != nullptr ? *weights : ws.weights, detail::as_matrix(output),
+      detail::scaled_dot_product_heads<Scalar>(Q, K, V, mask, weights != nullptr ? *weights : ws.weights, out,
                                                dropout_, generator);
     }
     return output;

@@ -37,7 +37,8 @@
 //
 // Multi-head attention applies the mask of batch row b to every head of that row, as d2l's repeat_interleave does for
 // valid lengths. Shapes are checked by require_shape() at every public entry point; the per-row accessors below
-// (visible_prefix, keep_row, keeps) assume that check has passed.
+// (visible_keys, visible_prefix, keep_row, keeps) assume that check has passed. visible_keys() is the one description
+// of a row's keys that the softmax and both attention paths iterate.
 #pragma once
 
 #include <attend/config.hpp>
@@ -57,6 +58,32 @@ inline namespace ATTEND_ABI {
 
 // What a query that sees no key gets; see the top of this file.
 enum class FullyMasked { uniform, zero };
+
+// The keys one query sees, as every attention path and the softmax iterate them: key j is visible when
+// first <= j < last and (keep == nullptr || keep[j]). [first, last) is the smallest range that holds every visible
+// key (with a keep row, narrowed to its first and last kept key), so a query that sees no key has first == last.
+struct VisibleKeys {
+  Index first = 0, last = 0;   // the visible range
+  const bool* keep = nullptr;  // the keep row, indexed by key (num_keys); null: every key of the range is visible
+
+  bool none() const { return first >= last; }
+  // No hole inside the range: every key of [first, last) is visible.
+  bool is_range() const { return keep == nullptr; }
+  bool sees(Index j) const { return j >= first && j < last && (keep == nullptr || keep[j]); }
+
+  // visit(j) for every visible key j in [lo, hi) (clipped to the range), in increasing order.
+  template <class Visit>
+  void for_each(Index lo, Index hi, Visit&& visit) const {
+    lo = std::max(lo, first);
+    hi = std::min(hi, last);
+    for (Index j = lo; j < hi; ++j)
+      if (keep == nullptr || keep[j]) visit(j);
+  }
+  template <class Visit>
+  void for_each(Visit&& visit) const {
+    for_each(first, last, visit);
+  }
+};
 
 inline const char* to_string(FullyMasked rule) {
   return rule == FullyMasked::zero ? "FullyMasked::zero" : "FullyMasked::uniform";
@@ -147,6 +174,17 @@ class Mask {
     return prefix;
   }
 
+  // The keys query q of batch row b sees: visible_prefix() and, with a keep tensor, keep_row() narrowed to its first
+  // and last kept key. Throws std::invalid_argument as keep_row() does.
+  VisibleKeys visible_keys(Index b, Index q, Index num_queries, Index num_keys) const {
+    VisibleKeys keys{0, visible_prefix(b, q, num_queries, num_keys), keep_row(b, q)};
+    if (keys.keep != nullptr) {
+      while (keys.first < keys.last && !keys.keep[keys.first]) ++keys.first;
+      while (keys.last > keys.first && !keys.keep[keys.last - 1]) --keys.last;
+    }
+    return keys;
+  }
+
   // Row (b, q) of the keep tensor, (num_keys) contiguous; null when there is no keep tensor. Throws
   // std::invalid_argument when b (unless the keep tensor has batch 1) or q is outside the keep tensor.
   const bool* keep_row(Index b, Index q) const {
@@ -163,9 +201,7 @@ class Mask {
   bool keeps(Index b, Index q, Index j, Index num_queries, Index num_keys) const {
     require_index(q, num_queries, "Mask::keeps", "q");
     require_index(j, num_keys, "Mask::keeps", "j");
-    if (j >= visible_prefix(b, q, num_queries, num_keys)) return false;
-    const bool* row = keep_row(b, q);
-    return row == nullptr || row[j];
+    return visible_keys(b, q, num_queries, num_keys).sees(j);
   }
 
  private:

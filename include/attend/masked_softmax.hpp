@@ -32,12 +32,11 @@ Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
   return kernels<Scalar>().exp_shifted(row, n, m);
 }
 
-// One row of scores, in place: masked (keys >= prefix, and the keep row's holes, replaced by -1e6; the rule for a row
-// left with no key), then softmax. row: (num_keys), contiguous; prefix: may exceed num_keys; keep: (num_keys) or null.
+// One row of scores, in place: every key the row does not see (keys: from Mask::visible_keys) replaced by -1e6, the
+// rule for a row that sees none, then softmax. row: (num_keys), contiguous.
 template <class Scalar>
-void masked_softmax_row(Scalar* row, Index num_keys, Index prefix, const bool* keep = nullptr,
-                        FullyMasked rule = FullyMasked::uniform) {
-  kernels<Scalar>().masked_softmax_row(row, num_keys, prefix, keep, rule);
+void masked_softmax_row(Scalar* row, Index num_keys, const VisibleKeys& keys, FullyMasked rule = FullyMasked::uniform) {
+  kernels<Scalar>().masked_softmax_row(row, num_keys, keys, rule);
 }
 
 // Every row of a row-major (queries, keys) block of scores, in place; the block belongs to batch row b of the mask,

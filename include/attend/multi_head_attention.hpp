@@ -28,6 +28,7 @@
 #include <attend/detail/attend_rows.hpp>
 #include <attend/detail/attention_path_module.hpp>
 #include <attend/detail/flash_attention.hpp>
+#include <attend/detail/heads.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/linear.hpp>
 #include <attend/mask.hpp>
@@ -158,13 +159,16 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
     }
 
     ws.heads.resize(batch * num_queries, num_hiddens);  // (batch * q, num_heads * d): concatenated heads
+    const Matrix<Scalar>&Q = ws.Q, &K = ws.K, &V = ws.V;  // read-only views of the projections' heads
+    const auto Qh = detail::heads_of(Q, batch, num_queries, num_heads_);  // (batch, q) steps of h heads of d
+    const auto Kh = detail::heads_of(K, batch, num_keys, num_heads_);     // (batch, k) steps of h heads of d
+    const auto Vh = detail::heads_of(V, batch, num_keys, num_heads_);     // (batch, k) steps of h heads of d
+    const auto out = detail::heads_of(ws.heads, batch, num_queries, num_heads_);
     if (tiled) {
-      detail::flash_attention_heads<Scalar>(ws.Q, ws.K, ws.V, batch, num_queries, num_keys, num_heads_, mask,
-                                            ws.heads, ws.tiles);
+      detail::flash_attention_heads<Scalar>(Qh, Kh, Vh, mask, out, ws.tiles);
     } else {
-      detail::scaled_dot_product_heads<Scalar>(ws.Q, ws.K, ws.V, batch, num_queries, num_keys, num_heads_, mask,
-                                               weights != nullptr ? *weights : ws.weights, ws.heads, dropout_,
-                                               generator);
+      detail::scaled_dot_product_heads<Scalar>(Qh, Kh, Vh, mask, weights != nullptr ? *weights : ws.weights, out,
+                                               dropout_, generator);
     }
 
     Tensor3<Scalar> output(batch, num_queries, num_hiddens);  // (batch, q, num_hiddens)

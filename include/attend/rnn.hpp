@@ -7,9 +7,9 @@
 //   b_ih, b_hh: (hidden_size)
 //
 // The forward pass returns every h_t, (batch, steps, hidden_size), like the first output of nn.RNN. It is done in
-// two parts: the input projection x_t W_ih^T + b_ih + b_hh of all batch * steps rows at once (one GEMM, written
-// straight into the output), then the recurrence, one (batch, hidden) x (hidden, hidden) product per step over
-// the whole batch, reading h_{t-1} from and writing h_t to the output through strided views.
+// two parts: the input projection x_t W_ih^T + b_ih + b_hh of all batch * steps rows at once (project_rows, written
+// straight into the output), then the recurrence, one (batch, hidden) x (hidden, hidden) product per step over the
+// whole batch on the row kernel, reading h_{t-1} from and writing h_t to the output through strided views.
 //
 // Initialised as PyTorch does: every parameter uniform in [-1/sqrt(hidden_size), 1/sqrt(hidden_size)), drawn in
 // PyTorch's parameter order — weight_ih row by row, weight_hh row by row, bias_ih, bias_hh. state_dict() uses
@@ -18,7 +18,9 @@
 
 #include <attend/config.hpp>
 
+#include <attend/detail/kernels.hpp>
 #include <attend/detail/project_rows.hpp>
+#include <attend/detail/transposed_weight.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
 #include <attend/state_dict.hpp>
@@ -71,19 +73,22 @@ class RNN : public Module {
     detail::project_rows<Scalar>(detail::as_matrix(X), {detail::projection(weight_ih_, bias, projected.data())});
 
     // 2. The recurrence. Seen as (batch, steps * hidden), columns t * hidden .. of H are step t of every batch
-    //    row: a (batch, hidden) view with row stride steps * hidden.
-    //    The steps are sequential and each is a small product: they run on one thread (detail::on_one_thread keeps
-    //    Eigen from splitting each step's product among threads, which costs more than it saves and would make
-    //    the result depend on the thread count).
-    Eigen::Map<Matrix<Scalar>> rows(H.data(), batch, steps * hidden);  // (batch, steps * hidden)
-    const double step_product = static_cast<double>(batch) * static_cast<double>(hidden) * static_cast<double>(hidden);
-    detail::on_one_thread(step_product, [&] {
-      for (Index t = 0; t < steps; ++t) {
-        auto h = rows.middleCols(t * hidden, hidden);  // (batch, hidden): x_t W_ih^T + b_ih + b_hh, then h_t
-        if (t > 0) h.noalias() += rows.middleCols((t - 1) * hidden, hidden) * weight_hh_.transpose();  // h_{t-1}
-        h.array() = h.array().tanh();
-      }
-    });
+    //    row: a (batch, hidden) view with row stride steps * hidden. Each step adds h_{t-1} W_hh^T on the level's
+    //    row kernel, from one copy of W_hh^T made for the call (read once per step), then takes tanh. The steps are
+    //    sequential and each is a small product: they run on the calling thread.
+    detail::TransposedWeight<Scalar> recurrent;  // W_hh^T, (hidden, hidden rounded up to whole packets)
+    recurrent.transpose_only(weight_hh_.data(), hidden, hidden);
+    const Matrix<Scalar>& W_hh_t = recurrent.transposed();
+    const detail::Kernels<Scalar>& kernel = detail::kernels<Scalar>();
+    const Index ld = steps * hidden;  // between batch rows of a step's view
+    Eigen::Map<Matrix<Scalar>> rows(H.data(), batch, ld);  // (batch, steps * hidden)
+    for (Index t = 0; t < steps; ++t) {
+      Scalar* h = H.data() + t * hidden;  // (batch, hidden), rows ld apart: x_t W_ih^T + b_ih + b_hh, then h_t
+      if (t > 0)
+        kernel.rows_times_matrix(true, h - hidden, ld, batch, hidden, W_hh_t.data(), W_hh_t.cols(), hidden, true,
+                                 nullptr, h, ld);
+      rows.middleCols(t * hidden, hidden).array() = rows.middleCols(t * hidden, hidden).array().tanh();
+    }
     return H;
   }
 

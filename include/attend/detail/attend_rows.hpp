@@ -6,13 +6,13 @@
 //      output row);
 //   2. output = dropout(weights) @ values — dropout only in training, on a copy, so the kept weights are
 //      those before dropout, as in d2l.
-// And scaled_dot_product_heads(), which runs this over every (batch row, head) of projected Q, K, V read through
-// strided column blocks: head h of batch row b is rows b*steps .. of columns h*d .. h*d + d - 1, so no head is
-// ever copied out (the layout transpose_qkv would build).
+// And scaled_dot_product_heads(), which runs this over every (batch row, head) of projected Q, K, V read in place
+// through a view of their heads (detail/heads.hpp).
 #pragma once
 
 #include <attend/config.hpp>
 
+#include <attend/detail/heads.hpp>
 #include <attend/detail/kernels.hpp>
 #include <attend/detail/tuning.hpp>
 #include <attend/dropout.hpp>
@@ -25,15 +25,16 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 namespace attend {
 inline namespace ATTEND_ABI {
 namespace detail {
 
-// Heads too small for Eigen's products (tuning::tiny_product): Eigen's GEMM costs more to set up than to run there,
-// and its coefficient-based products and row expressions peel a scalar prologue to reach an aligned address (a head's
-// rows rarely start on one). The scores go through the level's tiny_scores (detail/kernels/heads-inl.hpp), the
-// weights times the values through its row kernel on the value rows as they are: unaligned packets, a scalar tail.
+// Every product here runs on the active level's kernels. A head's scores: for a head of at most
+// tuning::tiny_product multiply-adds, one dot product per score (the level's tiny_scores,
+// detail/kernels/heads-inl.hpp), which for so little work beats copying K_h^T for the row kernel, itself faster above it. The weights times the values: the row kernel on the value rows as they are (unaligned packets, a
+// masked last packet).
 
 // output = weights @ values on the level's row kernel, where a key the mask hides from a row is never read for that
 // row: its weight is exactly 0 and, normally, 0 * value = 0 adds nothing, but 0 * NaN and 0 * inf are NaN. So when
@@ -51,6 +52,7 @@ void weights_times_values(const Eigen::MatrixBase<Weights>& weights, const Mask&
   const Weights& w = weights.derived();
   const Values& v = values.derived();
   Output& out = output.derived();
+  using Scalar = typename Weights::Scalar;
   const Index num_queries = w.rows(), num_keys = w.cols(), dv = out.cols();
   if (mask.empty() || all_finite(values)) {
     kernel.rows_times_matrix(false, w.data(), w.outerStride(), num_queries, num_keys, v.data(), v.outerStride(), dv,
@@ -58,20 +60,16 @@ void weights_times_values(const Eigen::MatrixBase<Weights>& weights, const Mask&
     return;
   }
   for (Index i = 0; i < num_queries; ++i) {
-    const Index prefix = std::min(mask.visible_prefix(b, i, num_queries, num_keys), num_keys);
-    const bool* keep = mask.keep_row(b, i);
-    bool sees_a_key = false;
+    const VisibleKeys keys = mask.visible_keys(b, i, num_queries, num_keys);
+    Scalar* out_row = out.data() + i * out.outerStride();  // (dv)
     out.row(i).setZero();
-    for (Index j = 0; j < prefix; ++j) {
-      if (keep != nullptr && !keep[j]) continue;
-      sees_a_key = true;
+    keys.for_each(0, num_keys, [&](Index j) {
       kernel.rows_times_matrix(true, w.data() + i * w.outerStride() + j, 1, 1, 1, v.data() + j * v.outerStride(),
-                               v.outerStride(), dv, false, nullptr, out.data() + i * out.outerStride(),
-                               out.outerStride());
-    }
-    if (!sees_a_key && mask.fully_masked() == FullyMasked::uniform)
+                               v.outerStride(), dv, false, nullptr, out_row, out.outerStride());
+    });
+    if (keys.none() && mask.fully_masked() == FullyMasked::uniform)
       kernel.rows_times_matrix(false, w.data() + i * w.outerStride(), 1, 1, num_keys, v.data(), v.outerStride(), dv,
-                               false, nullptr, out.data() + i * out.outerStride(), out.outerStride());
+                               false, nullptr, out_row, out.outerStride());
   }
 }
 
@@ -92,38 +90,53 @@ void attend_rows(Eigen::MatrixBase<Scores>& scores, const Mask& mask, Index b, c
   }
 }
 
-// Scaled dot-product attention for every batch row and head, on projected rows:
-//   Q: (batch * num_queries, num_heads * d)   K: (batch * num_keys, num_heads * d)
-//   V: (batch * num_keys, num_heads * dv)     output: (batch * num_queries, num_heads * dv)
-//   weights: (batch * num_heads, num_queries, num_keys), filled; row b * num_heads + h is head h of batch row b.
-// The mask is indexed by batch row (shape checked by the caller); each head reuses its batch row's mask, as d2l's
-// repeat_interleave does for valid lengths.
+// Scaled dot-product attention for every batch row and query head (detail/heads.hpp), on projected rows:
+//   Q: (batch, num_queries) steps of Q.count heads of d    K: (batch, num_keys) steps of K.count heads of d
+//   V: (batch, num_keys) steps of K.count heads of dv       output: as Q, with heads of dv
+//   weights: (batch * Q.count, num_queries, num_keys), filled; row b * Q.count + h is head h of batch row b.
+// Query head h reads key/value head h / (Q.count / K.count). The mask is indexed by batch row (shape checked by the
+// caller); each head reuses its batch row's mask, as d2l's repeat_interleave does for valid lengths.
 template <class Scalar>
-void scaled_dot_product_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eigen::Ref<const Matrix<Scalar>>& K,
-                              const Eigen::Ref<const Matrix<Scalar>>& V, Index batch, Index num_queries, Index num_keys,
-                              Index num_heads, const Mask& mask, Tensor3<Scalar>& weights,
-                              Eigen::Ref<Matrix<Scalar>> output, Scalar dropout, Generator* generator) {
-  const Index d = Q.cols() / num_heads, dv = V.cols() / num_heads;
+void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K, const Heads<const Scalar>& V,
+                              const Mask& mask, Tensor3<Scalar>& weights, const Heads<Scalar>& output, Scalar dropout,
+                              Generator* generator) {
+  eigen_assert(K.count >= 1 && Q.count % K.count == 0 && V.count == K.count && output.count == Q.count);
+  eigen_assert(Q.batch == K.batch && V.batch == K.batch && output.batch == Q.batch && V.length == K.length);
+  eigen_assert(Q.dim == K.dim && output.dim == V.dim && output.length == Q.length);
+  const Index batch = Q.batch, num_queries = Q.length, num_keys = K.length, num_heads = Q.count;
+  const Index group = Q.count / K.count;  // query heads per key/value head
+  const Index d = Q.dim, dv = V.dim;
   const Scalar scale = Scalar(1) / std::sqrt(static_cast<Scalar>(d));
   weights.resize(batch * num_heads, num_queries, num_keys);
   if (weights.size() == 0) {  // no query, or no key: a sum over no keys; and no view of an empty buffer is taken
-    output.setZero();
+    for (Index b = 0; num_queries > 0 && b < batch; ++b)
+      for (Index h = 0; h < num_heads; ++h) output.head(b, h).setZero();
     return;
   }
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
+  // Heads above tuning::tiny_product: the scores on the row kernel, Q_h times K_h^T, from a copy of K_h^T (d, keys
+  // padded to whole packets) in a buffer of each thread, allocated here (no allocation inside the parallel region).
+  const bool tiny = num_queries * num_keys * d <= tuning::tiny_product;
+  const Index padded_keys = padded_to_packets<Scalar>(num_keys);
+  std::vector<Matrix<Scalar>> transposed_keys(tiny ? 0 : static_cast<std::size_t>(num_threads()),
+                                              Matrix<Scalar>::Zero(d, padded_keys));  // each (d, padded keys)
   // One (batch row, head) pair: its own slice of the weights and its own columns of the output.
-  const auto pair = [&](Index bh) {
+  const auto pair = [&](Index bh, int thread) {
     const Index b = bh / num_heads, h = bh % num_heads;
-    const auto Qh = Q.block(b * num_queries, h * d, num_queries, d);    // (queries, d), a strided view
-    const auto Kh = K.block(b * num_keys, h * d, num_keys, d);          // (keys, d)
-    const auto Vh = V.block(b * num_keys, h * dv, num_keys, dv);        // (keys, dv)
-    auto scores = slice(weights, bh);                                   // (queries, keys)
-    auto out = output.block(b * num_queries, h * dv, num_queries, dv);  // (queries, dv)
-    if (num_queries * num_keys * d <= tuning::tiny_product) {  // Eigen's GEMM costs more to set up than to run
+    const auto Qh = Q.head(b, h);           // (queries, d), a strided view
+    const auto Kh = K.head(b, h / group);   // (keys, d)
+    const auto Vh = V.head(b, h / group);   // (keys, dv)
+    auto scores = slice(weights, bh);       // (queries, keys)
+    auto out = output.head(b, h);           // (queries, dv)
+    if (tiny) {
       kernel.tiny_scores(Qh.data(), Qh.outerStride(), Kh.data(), Kh.outerStride(), num_queries, num_keys, d, scale,
                          scores.data(), scores.outerStride());
-    } else {
-      scores.noalias() = scale * (Qh * Kh.transpose());
+    } else {  // scale * (Q_h K_h^T), as d2l's bmm(Q, K^T) / sqrt(d)
+      Matrix<Scalar>& KT = transposed_keys[static_cast<std::size_t>(thread)];  // (d, padded keys), padding 0
+      kernel.transpose_into(Kh.data(), Kh.outerStride(), num_keys, d, KT.data(), KT.outerStride());
+      kernel.rows_times_matrix(false, Qh.data(), Qh.outerStride(), num_queries, d, KT.data(), KT.outerStride(),
+                               num_keys, true, nullptr, scores.data(), scores.outerStride());
+      scores *= scale;
     }
     kernel.masked_softmax_block(scores.data(), num_queries, num_keys, scores.outerStride(), mask, b);
     if (generator != nullptr) {
@@ -137,11 +150,11 @@ void scaled_dot_product_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const E
   // Dropout draws from one generator in (batch row, head) order: serial. Otherwise the pairs are independent, each
   // computed by one thread whatever their number.
   if (generator != nullptr) {
-    for (Index bh = 0; bh < batch * num_heads; ++bh) pair(bh);
+    for (Index bh = 0; bh < batch * num_heads; ++bh) pair(bh, 0);
   } else {
     const double pair_work = static_cast<double>(num_queries) * static_cast<double>(num_keys);  // times a width
     parallel_for(batch * num_heads, pair_work * static_cast<double>(std::max(d, dv)),
-                 pair_work * static_cast<double>(batch * num_heads * (d + dv)), [&](Index bh, int) { pair(bh); });
+                 pair_work * static_cast<double>(batch * num_heads * (d + dv)), pair);
   }
 }
 

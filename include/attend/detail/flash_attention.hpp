@@ -2,12 +2,11 @@
 // online softmax (the FlashAttention forward pass: Dao et al. 2022, algorithm 1; Dao 2023, the rescaling kept per
 // row and the division done once at the end). Evaluation mode only: no dropout, no attention weights.
 //
-// flash_attention_heads() has the shape contract of scaled_dot_product_heads() (attend_rows.hpp):
-//   Q: (batch * num_queries, num_heads * d)   K: (batch * num_keys, num_heads * d)
-//   V: (batch * num_keys, num_heads * dv)     output: (batch * num_queries, num_heads * dv)
-// head h of batch row b is read and written through strided column blocks (columns h*d .. h*d + d - 1, rows
-// b*steps ..); the mask of batch row b applies to all its heads. K is first copied head by head, transposed, a panel
-// per key block, and V head by head when its rows are far apart (FlashBuffers, detail/flash_workspace.hpp).
+// flash_attention_heads() has the contract of scaled_dot_product_heads() (attend_rows.hpp): Q, K, V and the output
+// are views of heads side by side in the columns of row-major matrices (detail/heads.hpp), read and written in place;
+// query head h reads key/value head h / (query heads / key/value heads); the mask of batch row b applies to all its
+// heads. K is first copied per (batch row, key/value head), transposed, a panel per key block, and V likewise when
+// its rows are far apart (FlashBuffers, detail/flash_workspace.hpp).
 //
 // One work item is (batch row b, head h, a block of Br query rows); for it (detail/kernels/flash-inl.hpp):
 //   Qs = Q_blk / sqrt(d)                                      (br, d)    the scale, folded in once
@@ -42,6 +41,7 @@
 
 #include <attend/config.hpp>
 #include <attend/detail/flash_workspace.hpp>
+#include <attend/detail/heads.hpp>
 #include <attend/detail/kernels.hpp>
 #include <attend/detail/tuning.hpp>
 #include <attend/mask.hpp>
@@ -57,46 +57,48 @@ namespace attend {
 inline namespace ATTEND_ABI {
 namespace detail {
 
-// Scaled dot-product attention for every batch row and head, tiled; see the top of this file.
-//   Q: (batch * num_queries, num_heads * d)   K: (batch * num_keys, num_heads * d)
-//   V: (batch * num_keys, num_heads * dv)     output: (batch * num_queries, num_heads * dv), every element written
+// Scaled dot-product attention for every batch row and query head, tiled; see the top of this file.
+//   Q: (batch, num_queries) steps of Q.count heads of d    K: (batch, num_keys) steps of K.count heads of d
+//   V: (batch, num_keys) steps of K.count heads of dv       output: as Q, with heads of dv; every element written
 // The mask is indexed by batch row, its shape checked by the caller (Mask::require_shape); buffers: one workspace per
 // thread and the head-major copies, resized here (kept by the caller across calls, they make a call allocation-free);
 // blocks: tile sizes, both at least 1.
 template <class Scalar>
-void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eigen::Ref<const Matrix<Scalar>>& K,
-                           const Eigen::Ref<const Matrix<Scalar>>& V, Index batch, Index num_queries, Index num_keys,
-                           Index num_heads, const Mask& mask, Eigen::Ref<Matrix<Scalar>> output,
-                           FlashBuffers<Scalar>& buffers, FlashBlocks blocks = flash_blocks<Scalar>()) {
-  eigen_assert(blocks.query_rows >= 1 && blocks.key_rows >= 1 && num_heads >= 1);
-  eigen_assert(Q.rows() == batch * num_queries && K.rows() == batch * num_keys && V.rows() == K.rows());
-  eigen_assert(Q.cols() % num_heads == 0 && Q.cols() == K.cols() && V.cols() % num_heads == 0);
-  eigen_assert(output.rows() == Q.rows() && output.cols() == V.cols());
-  const Index d = Q.cols() / num_heads, dv = V.cols() / num_heads;
+void flash_attention_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K, const Heads<const Scalar>& V,
+                           const Mask& mask, const Heads<Scalar>& output, FlashBuffers<Scalar>& buffers,
+                           FlashBlocks blocks = flash_blocks<Scalar>()) {
+  eigen_assert(blocks.query_rows >= 1 && blocks.key_rows >= 1);
+  eigen_assert(K.count >= 1 && Q.count % K.count == 0 && V.count == K.count && output.count == Q.count);
+  eigen_assert(Q.batch == K.batch && V.batch == K.batch && output.batch == Q.batch && V.length == K.length);
+  eigen_assert(Q.dim == K.dim && output.dim == V.dim && output.length == Q.length);
+  const Index batch = Q.batch, num_queries = Q.length, num_keys = K.length, num_heads = Q.count;
+  const Index kv_heads = K.count, group = num_heads / kv_heads;  // query heads per key/value head
+  const Index d = Q.dim, dv = V.dim;
   // No tile larger than the problem: a short sequence gets a small workspace.
   blocks = {std::min(blocks.query_rows, std::max(num_queries, Index(1))),
             std::min(blocks.key_rows, std::max(num_keys, Index(1)))};
   const Index query_blocks = (num_queries + blocks.query_rows - 1) / blocks.query_rows;
-  const Index pairs = batch * num_heads;         // pair = b * num_heads + h
-  const Index items = pairs * query_blocks;      // item = pair * query_blocks + block
+  const Index pairs = batch * num_heads;      // pair = b * num_heads + h: a query head
+  const Index kv_pairs = batch * kv_heads;    // kv_pair = b * kv_heads + g: a key/value head, copied once
+  const Index items = pairs * query_blocks;   // item = pair * query_blocks + block
   if (items == 0) return;
   if (num_keys == 0) {  // a sum over no keys; and no view of the empty K and V may be taken (null data)
-    output.setZero();
+    for (Index b = 0; b < batch; ++b)
+      for (Index h = 0; h < num_heads; ++h) output.head(b, h).setZero();
     return;
   }
   // Head-major copies (see FlashBuffers): K^T always; V's when a head's value rows, spread over more than 1 MiB, are
-  // read again by the pair's later query blocks, or whenever the row kernel could not read them in whole packets in
-  // place.
-  const double value_span = static_cast<double>(num_keys) * static_cast<double>(V.outerStride()) * sizeof(Scalar);
-  const bool copy_values = (num_heads > 1 && query_blocks > 1 && value_span > tuning::flash_value_copy_span) ||
+  // read again by later query blocks, or whenever the row kernel could not read them in whole packets in place.
+  const double value_span = static_cast<double>(num_keys) * static_cast<double>(V.row_stride) * sizeof(Scalar);
+  const bool copy_values = (V.row_stride > dv && query_blocks * group > 1 && value_span > tuning::flash_value_copy_span) ||
                            dv % row_packet_size<Scalar> != 0;
   // Sized before the parallel region, so that running out of memory throws instead of ending the program there.
   const Index panels = (num_keys + blocks.key_rows - 1) / blocks.key_rows;
   const Index panel_width = padded_to_packets<Scalar>(blocks.key_rows), panel_size = d * panel_width;
-  buffers.KT.resize(pairs * panels * d, panel_width);  // panel t of pair p: panel_size elements from (p panels + t)
+  buffers.KT.resize(kv_pairs * panels * d, panel_width);  // panel t of kv_pair p: panel_size elements from (p panels + t)
   const Index padded_dv = padded_to_packets<Scalar>(dv);
   if (copy_values) {
-    buffers.V.resize(pairs * num_keys, padded_dv);
+    buffers.V.resize(kv_pairs * num_keys, padded_dv);
     buffers.V.rightCols(padded_dv - dv).setZero();  // the copies below write columns [0, dv)
   }
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel regions: it may throw
@@ -108,45 +110,41 @@ void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eige
                            static_cast<double>(num_keys);
   const double largest_product = tile * static_cast<double>(std::max(d, dv));
   const double total_work = all_pairs * static_cast<double>(d + dv);
-  parallel_for(pairs, largest_product, total_work, [&](Index pair, int) {
-    const Index b = pair / num_heads, h = pair % num_heads;
+  parallel_for(kv_pairs, largest_product, total_work, [&](Index kv_pair, int) {
+    const Index b = kv_pair / kv_heads, g = kv_pair % kv_heads;
     for (Index t = 0; d > 0 && t < panels; ++t) {
       const Index k0 = t * blocks.key_rows, width = std::min(blocks.key_rows, num_keys - k0);
-      Scalar* panel = buffers.KT.data() + (pair * panels + t) * panel_size;  // (d, panel_width)
-      const Scalar* keys = K.data() + (b * num_keys + k0) * K.outerStride() + h * d;  // (width, d)
-      kernel.transpose_into(keys, K.outerStride(), width, d, panel, panel_width);
+      Scalar* panel = buffers.KT.data() + (kv_pair * panels + t) * panel_size;  // (d, panel_width)
+      kernel.transpose_into(K.at(b, g, k0), K.row_stride, width, d, panel, panel_width);  // from (width, d)
       for (Index c = 0; c < d; ++c)  // the padding of a last, narrower panel
         std::fill(panel + c * panel_width + width, panel + (c + 1) * panel_width, Scalar(0));
     }
-    if (copy_values)
-      buffers.V.block(pair * num_keys, 0, num_keys, dv) = V.block(b * num_keys, h * dv, num_keys, dv);
+    if (copy_values) buffers.V.block(kv_pair * num_keys, 0, num_keys, dv) = V.head(b, g);
   });
   parallel_for(items, largest_product, total_work, [&](Index item, int thread) {
     const Index qb = item % query_blocks, pair = item / query_blocks;
-    const Index b = pair / num_heads, h = pair % num_heads;
+    const Index b = pair / num_heads, h = pair % num_heads, kv_pair = b * kv_heads + h / group;
     const Index q0 = qb * blocks.query_rows;
     using View = typename HeadKeys<Scalar>::View;
-    // The pair's K^T and first value: in the copies, or in V (data() arithmetic: with d or dv 0, data() is null and
-    // the offset 0).
-    const Scalar* values_at = copy_values ? buffers.V.data() + pair * num_keys * buffers.V.outerStride()
-                                          : V.data() + b * num_keys * V.outerStride() + h * dv;
-    const Index value_stride = copy_values ? buffers.V.outerStride() : V.outerStride();
-    const HeadKeys<Scalar> keys{buffers.KT.data() + pair * panels * panel_size, panel_width, panel_size,
+    // The key/value head's K^T and first value: in the copies, or in V (with dv 0, V's data may be null and the
+    // offset is 0).
+    const Scalar* values_at = copy_values ? buffers.V.data() + kv_pair * num_keys * buffers.V.outerStride()
+                                          : V.at(b, h / group, 0);
+    const Index value_stride = copy_values ? buffers.V.outerStride() : V.row_stride;
+    const HeadKeys<Scalar> keys{buffers.KT.data() + kv_pair * panels * panel_size, panel_width, panel_size,
                                 View(values_at, num_keys, dv, Eigen::OuterStride<>(value_stride))};
     const Index br = std::min(blocks.query_rows, num_queries - q0);
-    kernel.flash_attention_block(Q, keys, num_queries, num_keys, b, h, q0, br, mask, output, blocks,
+    kernel.flash_attention_block(Q, keys, b, h, q0, br, mask, output, blocks,
                                  buffers.threads[static_cast<std::size_t>(thread)]);
   });
 }
 
 // The same with buffers of its own, allocated for this call.
 template <class Scalar>
-void flash_attention_heads(const Eigen::Ref<const Matrix<Scalar>>& Q, const Eigen::Ref<const Matrix<Scalar>>& K,
-                           const Eigen::Ref<const Matrix<Scalar>>& V, Index batch, Index num_queries, Index num_keys,
-                           Index num_heads, const Mask& mask, Eigen::Ref<Matrix<Scalar>> output,
-                           FlashBlocks blocks = flash_blocks<Scalar>()) {
+void flash_attention_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K, const Heads<const Scalar>& V,
+                           const Mask& mask, const Heads<Scalar>& output, FlashBlocks blocks = flash_blocks<Scalar>()) {
   FlashBuffers<Scalar> buffers;
-  flash_attention_heads<Scalar>(Q, K, V, batch, num_queries, num_keys, num_heads, mask, output, buffers, blocks);
+  flash_attention_heads<Scalar>(Q, K, V, mask, output, buffers, blocks);
 }
 
 }  // namespace detail

@@ -4,6 +4,7 @@
 
 #include <attend/config.hpp>
 #include <attend/detail/tuning.hpp>
+#include <attend/mask.hpp>
 #include <attend/tensor.hpp>
 
 #include <vector>
@@ -40,9 +41,7 @@ struct FlashWorkspace {
     block_sum.resize(blocks.query_rows);
     rescale.resize(padded_to_packets<Scalar>(blocks.query_rows));
     mean.resize(dv);
-    first.resize(rows);
-    last.resize(rows);
-    keep.resize(rows);
+    keys.resize(rows);
   }
 
   Matrix<Scalar> Qs;                // (Br, d): the query block, scaled by 1 / sqrt(d)
@@ -55,23 +54,23 @@ struct FlashWorkspace {
   Matrix<Scalar> partial;           // (Br, widest packet): each row's partial sums of exp over a key block
   Vector<Scalar> block_sum;         // (Br): each row's sum of exp over a key block
   Vector<Scalar> mean;              // (dv): mean of the head's value rows, for FullyMasked::uniform
-  std::vector<Index> first, last;   // (Br): each row's visible keys lie in [first, last); first == last: none
-  std::vector<const bool*> keep;    // (Br): each row's keep row (num_keys), or null
+  std::vector<VisibleKeys> keys;    // (Br): the keys each row sees (Mask::visible_keys)
 };
 
 // Everything a call keeps between calls: one workspace per thread, and the head-major copies of K and V that all
 // threads read. K's is transposed, so that S = Qs K^T is a sum of rows of K^T scaled by Qs's entries, the product
-// the row kernel makes without packing either operand. With several heads, head h's rows of K and V lie
-// num_heads * d elements apart, so a work item, which reads one head, would use one cache line in num_heads of every
+// the row kernel makes without packing either operand. With several heads, a head's rows of K and V lie
+// (heads * d) elements apart, so a work item, which reads one head, would use one cache line in `heads` of every
 // stretch of memory it crosses; the copies put each (batch row, head) pair's rows next to one another, V's padded with
 // zeros to whole packets.
 template <class Scalar>
 struct FlashBuffers {
   std::vector<FlashWorkspace<Scalar>> threads;  // one per thread
-  // (batch * num_heads * panels * d, Bc rounded up to whole packets): K^T in panels, one per key block; pair
-  // (b, h)'s panel t, K^T of keys [t Bc, t Bc + Bc), in rows ((b * num_heads + h) * panels + t) * d .., padding 0
+  // (batch * kv_heads * panels * d, Bc rounded up to whole packets): K^T in panels, one per key block; key/value
+  // head g of batch row b has its panel t, K^T of keys [t Bc, t Bc + Bc), in rows ((b * kv_heads + g) * panels + t)
+  // * d .., padding 0
   Matrix<Scalar> KT;
-  Matrix<Scalar> V;  // (batch * num_heads * num_keys, dv rounded up to whole packets): its values, the padding 0
+  Matrix<Scalar> V;  // (batch * kv_heads * num_keys, dv rounded up to whole packets): its values, the padding 0
 };
 
 // One (batch row, head) pair's keys and values, as the work items read them.

@@ -17,6 +17,7 @@
 #include <attend/detail/avx512/few_rows_projection.hpp>
 #include <attend/detail/avx512/simd.hpp>
 #include <attend/detail/flash_workspace.hpp>
+#include <attend/detail/heads.hpp>
 #include <attend/detail/generic/simd.hpp>
 #include <attend/detail/mask_row.hpp>
 #include <attend/detail/target.hpp>
@@ -90,12 +91,11 @@ struct Kernels {
   void (*transpose_into)(const Scalar* A, Index lda, Index rows, Index cols, Scalar* B, Index ldb);
   Scalar (*row_max)(const Scalar* row, Index n);
   Scalar (*exp_shifted)(Scalar* row, Index n, Scalar m);
-  void (*masked_softmax_row)(Scalar* row, Index num_keys, Index prefix, const bool* keep, FullyMasked rule);
+  void (*masked_softmax_row)(Scalar* row, Index num_keys, const VisibleKeys& keys, FullyMasked rule);
   void (*masked_softmax_block)(Scalar* scores, Index num_queries, Index num_keys, Index stride, const Mask& mask,
                                Index b);
-  void (*flash_attention_block)(const Eigen::Ref<const Matrix<Scalar>>& Q, const HeadKeys<Scalar>& keys,
-                                Index num_queries, Index num_keys, Index b, Index h, Index q0, Index br,
-                                const Mask& mask, Eigen::Ref<Matrix<Scalar>> output, FlashBlocks blocks,
+  void (*flash_attention_block)(const Heads<const Scalar>& Q, const HeadKeys<Scalar>& keys, Index b, Index h,
+                                Index q0, Index br, const Mask& mask, const Heads<Scalar>& output, FlashBlocks blocks,
                                 FlashWorkspace<Scalar>& ws);
   void (*tiny_scores)(const Scalar* Q, Index ldq, const Scalar* K, Index ldk, Index num_queries, Index num_keys,
                       Index d, Scalar scale, Scalar* scores, Index lds);

@@ -12,24 +12,18 @@ namespace attend {
 inline namespace ATTEND_ABI {
 namespace detail {
 
-// In place: keys >= prefix are replaced by -1e6; with a keep row, so are the keys j < prefix where keep[j] is false.
-// Returns false when no key is left and rule is FullyMasked::zero: the row then needs no softmax (it is to be 0).
-// row: (num_keys); keep: (num_keys) or null.
+// In place: every key the row does not see (outside keys' range, and the keep row's holes inside it) is replaced by
+// -1e6. Returns false when the row sees no key and rule is FullyMasked::zero: the row then needs no softmax (it is to
+// be 0). row: (num_keys); keys: from Mask::visible_keys, its range within [0, num_keys].
 template <class Scalar>
-bool mask_scores_row(Scalar* row, Index num_keys, Index prefix, const bool* keep, FullyMasked rule) {
-  if (prefix < num_keys) std::fill(row + prefix, row + num_keys, masked_score<Scalar>());
-  bool sees_a_key = prefix > 0;
-  if (keep != nullptr) {
-    sees_a_key = false;
-    for (Index j = 0; j < std::min(prefix, num_keys); ++j) {
-      if (keep[j]) {
-        sees_a_key = true;
-      } else {
-        row[j] = masked_score<Scalar>();
-      }
-    }
-  }
-  return sees_a_key || rule != FullyMasked::zero;
+bool mask_scores_row(Scalar* row, Index num_keys, const VisibleKeys& keys, FullyMasked rule) {
+  const Index first = std::min(keys.first, num_keys), last = std::min(keys.last, num_keys);
+  std::fill(row, row + first, masked_score<Scalar>());
+  std::fill(row + std::max(first, last), row + num_keys, masked_score<Scalar>());
+  if (!keys.is_range())
+    for (Index j = first; j < last; ++j)
+      if (!keys.keep[j]) row[j] = masked_score<Scalar>();
+  return !keys.none() || rule != FullyMasked::zero;
 }
 
 }  // namespace detail

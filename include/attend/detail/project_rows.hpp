@@ -75,10 +75,13 @@ void project_rows(const Eigen::Ref<const Matrix<Scalar>>& X, std::initializer_li
   for (const Projection<Scalar>& p : projections) {
     width += static_cast<double>(p.out);
     widest = std::max(widest, static_cast<double>(p.out));
-    TransposedWeight<Scalar>* into = p.kept;
-    if (into == nullptr) into = &made.emplace_back();
-    into->refresh(p.W, p.out, in);
-    transposed.push_back(into);
+    if (p.kept != nullptr) {
+      p.kept->refresh(p.W, p.out, in);
+      transposed.push_back(p.kept);
+    } else {
+      made.emplace_back().transpose_only(p.W, p.out, in);
+      transposed.push_back(&made.back());
+    }
   }
   const Index chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
   const double chunk_rows = static_cast<double>(std::min(rows, rows_per_chunk)), depth = static_cast<double>(in);

@@ -31,19 +31,34 @@ class TransposedWeight {
   // call, rebuilt otherwise. May allocate (call it outside parallel regions).
   void refresh(const Scalar* W, Index out, Index in) {
     const bool same_shape = source_.rows() == out && source_.cols() == in;
-    if (same_shape && (out * in == 0 || std::memcmp(source_.data(), W, sizeof(Scalar) * out * in) == 0)) return;
+    if (from_source_ && same_shape &&
+        (out * in == 0 || std::memcmp(source_.data(), W, sizeof(Scalar) * out * in) == 0))
+      return;
     source_ = Eigen::Map<const Matrix<Scalar>>(W, out, in);
-    const Index padded = padded_to_packets<Scalar>(out);
-    transposed_.setZero(in, padded);
-    transpose_into(source_.data(), in, out, in, transposed_.data(), padded);  // columns [0, out); the rest stay 0
+    build(W, out, in);
+    from_source_ = true;
+  }
+
+  // Makes transposed() W^T for W (out, in) without keeping W: for a copy used by one call only (the next refresh()
+  // rebuilds). May allocate.
+  void transpose_only(const Scalar* W, Index out, Index in) {
+    build(W, out, in);
+    from_source_ = false;
   }
 
   // W^T, (in, out rounded up to whole packets), zero past column out - 1.
   const Matrix<Scalar>& transposed() const { return transposed_; }
 
  private:
-  Matrix<Scalar> source_;      // (out, in): the W that transposed_ was made from
+  void build(const Scalar* W, Index out, Index in) {
+    const Index padded = padded_to_packets<Scalar>(out);
+    transposed_.setZero(in, padded);
+    transpose_into(W, in, out, in, transposed_.data(), padded);  // columns [0, out); the rest stay 0
+  }
+
+  Matrix<Scalar> source_;      // (out, in): the W that transposed_ was made from, when from_source_
   Matrix<Scalar> transposed_;  // (in, padded out)
+  bool from_source_ = false;   // false until refresh(), and after transpose_only()
 };
 
 // Y (rows, out) = X (rows, in) W^T + bias, W^T given as weight.transposed() (refreshed by the caller). X rows ldx

@@ -55,8 +55,8 @@ constexpr Eigen::Index product_panel_width = 128 * 4 / sizeof(Scalar);  // 512 b
 constexpr Eigen::Index few_rows = 8;
 constexpr Eigen::Index few_rows_max_in = 512;
 
-// A head whose products have at most this many multiply-adds (queries * keys * d) is computed on packet loops of its
-// own: Eigen's GEMM costs more to set up than to run there.
+// A head whose scores take at most this many multiply-adds (queries * keys * d) gets them one dot product each:
+// transposing K for the row kernel costs more than it saves there.
 constexpr Eigen::Index tiny_product = 16 * 16 * 32;
 
 // Eigen 3.4 runs a product of fewer multiply-adds than this on the calling thread whatever its thread count

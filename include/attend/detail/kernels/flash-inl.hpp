@@ -1,9 +1,9 @@
 // attend/detail/kernels/flash-inl.hpp — one work item of the tiled kernel (detail/flash_attention.hpp): the online
 // softmax over the key blocks of a block of query rows. Compiled once per level (detail/kernels.hpp); no include guard.
 
-// Steps 1-3 for the key block [k0, k0 + bc) of a work item: its scores in ws.S (br, bc), each row's visible keys and
-// keep row in ws.first, ws.last and ws.keep. Row by row: the visible range [lo, hi) and the keep row's holes (set to
-// -inf), the block's maximum and the exponent of the row's factor a; then every row's a as packets; then each row's
+// Steps 1-3 for the key block [k0, k0 + bc) of a work item: its scores in ws.S (br, bc), the keys each row sees in
+// ws.keys. Row by row: the visible range's part [lo, hi) in the block and the keep row's holes in it (set to -inf),
+// the block's maximum and the exponent of the row's factor a; then every row's a as packets; then each row's
 // exponentials and their sum, the entries outside [lo, hi) set to 0; then l and O rescaled. When every row sees the
 // whole block (every block without a mask) and the block is whole packets wide, the rows' partial sums are reduced
 // together (Simd::reduce_add_rows: the bits exp_shifted gives each row). A row that sees no key of the block gets a
@@ -18,18 +18,17 @@ void online_softmax_step(FlashWorkspace<Scalar>& ws, Index br, Index bc, Index k
   Scalar* t = ws.rescale.data();         // (br rounded up to whole packets): the exponent of each row's a, then a
   bool all_whole = true;                 // every row sees every key of the block
   for (Index i = 0; i < br; ++i) {
-    const auto r = static_cast<std::size_t>(i);
-    const Index lo = std::clamp(ws.first[r] - k0, Index(0), bc), hi = std::clamp(ws.last[r] - k0, Index(0), bc);
-    const bool* keep = ws.keep[r];
-    all_whole = all_whole && lo == 0 && hi == bc && keep == nullptr;
+    const VisibleKeys& keys = ws.keys[static_cast<std::size_t>(i)];
+    const Index lo = std::clamp(keys.first - k0, Index(0), bc), hi = std::clamp(keys.last - k0, Index(0), bc);
+    all_whole = all_whole && lo == 0 && hi == bc && keys.is_range();
     Scalar* row = scores + i * ld;  // (bc)
     t[i] = Scalar(0);               // a = 1 unless the maximum grows
     ws.shift(i) = inf;              // until the row is seen to add something: its entries 0, and exp(0 - inf) = 0
     bool kept = lo < hi;
-    if (kept && keep != nullptr) {
+    if (kept && !keys.is_range()) {
       kept = false;
       for (Index j = lo; j < hi; ++j) {
-        if (keep[k0 + j]) {
+        if (keys.sees(k0 + j)) {
           kept = true;
         } else {
           row[j] = -inf;  // exp(-inf - m) = 0 for any finite maximum m
@@ -69,8 +68,8 @@ void online_softmax_step(FlashWorkspace<Scalar>& ws, Index br, Index bc, Index k
     S::reduce_add_rows(partial, br, sum);
   } else {
     for (Index i = 0; i < br; ++i) {
-      const auto r = static_cast<std::size_t>(i);
-      const Index lo = std::clamp(ws.first[r] - k0, Index(0), bc), hi = std::clamp(ws.last[r] - k0, Index(0), bc);
+      const VisibleKeys& keys = ws.keys[static_cast<std::size_t>(i)];
+      const Index lo = std::clamp(keys.first - k0, Index(0), bc), hi = std::clamp(keys.last - k0, Index(0), bc);
       Scalar* row = scores + i * ld;
       sum[i] = exp_shifted(row + lo, hi - lo, ws.shift(i));  // lo <= hi
       for (Index j = 0; j < lo; ++j) row[j] = Scalar(0);
@@ -83,37 +82,28 @@ void online_softmax_step(FlashWorkspace<Scalar>& ws, Index br, Index bc, Index k
   }
 }
 
-// One work item: rows q0 .. q0 + br - 1 of head h of batch row b, its keys and values in `keys`; the shapes and the
-// rest as flash_attention_heads (detail/flash_attention.hpp).
+// One work item: rows q0 .. q0 + br - 1 of query head h of batch row b, its key/value head's keys and values in
+// `keys`; the views and the rest as flash_attention_heads (detail/flash_attention.hpp).
 template <class Scalar>
-void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const HeadKeys<Scalar>& keys, Index num_queries,
-                           Index num_keys, Index b, Index h, Index q0, Index br, const Mask& mask,
-                           Eigen::Ref<Matrix<Scalar>> output, FlashBlocks blocks, FlashWorkspace<Scalar>& ws) {
+void flash_attention_block(const Heads<const Scalar>& Q, const HeadKeys<Scalar>& keys, Index b, Index h, Index q0,
+                           Index br, const Mask& mask, const Heads<Scalar>& output, FlashBlocks blocks,
+                           FlashWorkspace<Scalar>& ws) {
   const Index d = ws.Qs.cols(), dv = ws.O.cols();
+  const Index num_queries = Q.length, num_keys = keys.V.rows();
   const auto& V = keys.V;  // (num_keys, dv)
-  auto out = output.block(b * num_queries + q0, h * dv, br, dv);  // (br, dv)
+  auto out = output.head(b, h).middleRows(q0, br);  // (br, dv)
 
-  // Each row's visible range [first, last): the visible prefix, narrowed to the first and last kept key when there
-  // is a keep row. The block's key loop covers the union of the rows' ranges.
+  // The keys each row sees; the block's key loop covers the union of their ranges.
   Index block_first = num_keys, block_last = 0;
   bool any_fully_masked = false;
   for (Index i = 0; i < br; ++i) {
-    const auto r = static_cast<std::size_t>(i);
-    const Index prefix = mask.visible_prefix(b, q0 + i, num_queries, num_keys);
-    const bool* keep = mask.keep_row(b, q0 + i);
-    Index first = 0, last = prefix;
-    if (keep != nullptr) {
-      while (first < last && !keep[first]) ++first;
-      while (last > first && !keep[last - 1]) --last;
-    }
-    ws.first[r] = first;
-    ws.last[r] = last;
-    ws.keep[r] = keep;
-    if (first < last) {
-      block_first = std::min(block_first, first);
-      block_last = std::max(block_last, last);
-    } else {
+    const VisibleKeys keys = mask.visible_keys(b, q0 + i, num_queries, num_keys);
+    ws.keys[static_cast<std::size_t>(i)] = keys;
+    if (keys.none()) {
       any_fully_masked = true;
+    } else {
+      block_first = std::min(block_first, keys.first);
+      block_last = std::max(block_last, keys.last);
     }
   }
 
@@ -121,7 +111,7 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Head
   auto O = ws.O.topRows(br);    // (br, dv)
   if (block_first < block_last) {
     const Scalar scale = Scalar(1) / std::sqrt(static_cast<Scalar>(d));
-    Qs.noalias() = scale * Q.block(b * num_queries + q0, h * d, br, d);
+    Qs.noalias() = scale * Q.head(b, h).middleRows(q0, br);
     O.setZero();
     ws.l.head(br).setZero();
   }
@@ -140,13 +130,12 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Head
     } else {  // 0 * NaN is NaN: each row adds its visible keys only, so a masked key's value row is never read; one
       // multiply-add of the row kernel per key, the chain of the whole product less the keys of weight 0
       for (Index i = 0; i < br; ++i) {
-        const auto r = static_cast<std::size_t>(i);
-        const Index lo = std::clamp(ws.first[r] - k0, Index(0), bc), hi = std::clamp(ws.last[r] - k0, Index(0), bc);
-        for (Index j = lo; j < hi; ++j)
-          if (ws.keep[r] == nullptr || ws.keep[r][k0 + j])
-            rows_times_matrix<true, Scalar>(S.data() + i * S.outerStride() + j, 1, 1, 1,
-                                            Vb.data() + j * Vb.outerStride(), Vb.outerStride(), dv, true, nullptr,
-                                            O.data() + i * O.outerStride(), O.outerStride());
+        ws.keys[static_cast<std::size_t>(i)].for_each(k0, k0 + bc, [&](Index key) {
+          const Index j = key - k0;
+          rows_times_matrix<true, Scalar>(S.data() + i * S.outerStride() + j, 1, 1, 1,
+                                          Vb.data() + j * Vb.outerStride(), Vb.outerStride(), dv, true, nullptr,
+                                          O.data() + i * O.outerStride(), O.outerStride());
+        });
       }
     }
   }
@@ -155,8 +144,7 @@ void flash_attention_block(const Eigen::Ref<const Matrix<Scalar>>& Q, const Head
   const bool uniform = mask.fully_masked() == FullyMasked::uniform && num_keys > 0;
   if (any_fully_masked && uniform) ws.mean.transpose() = V.colwise().sum() / static_cast<Scalar>(num_keys);
   for (Index i = 0; i < br; ++i) {
-    const auto r = static_cast<std::size_t>(i);
-    if (ws.first[r] < ws.last[r]) {
+    if (!ws.keys[static_cast<std::size_t>(i)].none()) {
       out.row(i) = O.row(i) / ws.l(i);
     } else if (uniform) {
       out.row(i) = ws.mean.transpose();

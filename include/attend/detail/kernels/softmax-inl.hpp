@@ -63,14 +63,14 @@ Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
 }
 
 // One row of scores, in place:
-//   0. keys >= prefix are replaced by -1e6; with a keep row, so are the keys j < prefix where keep[j] is false;
-//      if no key is left and rule is FullyMasked::zero, the row becomes 0 and we stop;
+//   0. every key the row does not see (keys: from Mask::visible_keys) is replaced by -1e6; if it sees none and rule
+//      is FullyMasked::zero, the row becomes 0 and we stop;
 //   1. m = max_j row[j]          2. row[j] = exp(row[j] - m)          3. row[j] /= sum_j row[j]
-// row: (num_keys), contiguous; prefix: may exceed num_keys (masks nothing); keep: (num_keys) or null.
+// row: (num_keys), contiguous.
 template <class Scalar>
-void masked_softmax_row(Scalar* row, Index num_keys, Index prefix, const bool* keep, FullyMasked rule) {
+void masked_softmax_row(Scalar* row, Index num_keys, const VisibleKeys& keys, FullyMasked rule) {
   if (num_keys == 0) return;
-  if (!mask_scores_row(row, num_keys, prefix, keep, rule)) {
+  if (!mask_scores_row(row, num_keys, keys, rule)) {
     std::fill(row, row + num_keys, Scalar(0));
     return;
   }
@@ -92,14 +92,13 @@ void masked_softmax_block(Scalar* scores, Index num_queries, Index num_keys, Ind
   if (num_keys == 0 || num_queries == 0) return;  // nothing to normalise (and no row to point into)
   if (num_keys >= Simd<Scalar>::size || num_queries == 1 || stride != num_keys) {
     for (Index q = 0; q < num_queries; ++q)
-      masked_softmax_row<Scalar>(scores + q * stride, num_keys, mask.visible_prefix(b, q, num_queries, num_keys),
-                                 mask.keep_row(b, q), mask.fully_masked());
+      masked_softmax_row<Scalar>(scores + q * stride, num_keys, mask.visible_keys(b, q, num_queries, num_keys),
+                                 mask.fully_masked());
     return;
   }
   for (Index q = 0; q < num_queries; ++q) {
     Scalar* row = scores + q * num_keys;
-    if (!mask_scores_row(row, num_keys, mask.visible_prefix(b, q, num_queries, num_keys), mask.keep_row(b, q),
-                         mask.fully_masked())) {
+    if (!mask_scores_row(row, num_keys, mask.visible_keys(b, q, num_queries, num_keys), mask.fully_masked())) {
       std::fill(row, row + num_keys, -std::numeric_limits<Scalar>::infinity());
       continue;
     }
