@@ -185,7 +185,7 @@ TEMPLATE_TEST_CASE("Conv1d with a kernel of width 1 is a Linear on the channels"
   CHECK(conv.bias() == linear.bias());
 
   const Tensor3<TestType> X = random_tensor<TestType>(3, 5, 4, 72);
-  Tensor3<double> expected = linear(X).template cast<double>();
+  Tensor3<double> expected = linear.forward(X).template cast<double>();
   REQUIRE_THAT(conv(X), attend_test::Near(expected, attend_test::tolerance<TestType>()));
 }
 

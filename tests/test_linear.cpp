@@ -52,17 +52,17 @@ TEMPLATE_TEST_CASE("Linear computes y = x W^T + b on the last axis", "[linear]",
 
   SECTION("(2, 3, 4) -> (2, 3, 5)") {
     const Tensor3<TestType> X = random_tensor<TestType>(2, 3, 4, 21);
-    const Tensor3<TestType> Y = layer(X);
+    const Tensor3<TestType> Y = layer.forward(X);
     REQUIRE_THAT(Y, attend_test::Near(linear_by_definition(X, layer), attend_test::tolerance<TestType>()));
   }
   SECTION("one step: (2, 1, 4) -> (2, 1, 5)") {
     const Tensor3<TestType> X = random_tensor<TestType>(2, 1, 4, 22);
-    const Tensor3<TestType> Y = layer(X);
+    const Tensor3<TestType> Y = layer.forward(X);
     REQUIRE_THAT(Y, attend_test::Near(linear_by_definition(X, layer), attend_test::tolerance<TestType>()));
   }
   SECTION("one row: (1, 1, 4) -> (1, 1, 5)") {
     const Tensor3<TestType> X = random_tensor<TestType>(1, 1, 4, 23);
-    const Tensor3<TestType> Y = layer(X);
+    const Tensor3<TestType> Y = layer.forward(X);
     REQUIRE_THAT(Y, attend_test::Near(linear_by_definition(X, layer), attend_test::tolerance<TestType>()));
   }
 }
@@ -188,8 +188,8 @@ TEMPLATE_TEST_CASE("Linear rejects X with the wrong feature count, naming X and 
   const Linear<TestType> layer(7, 5);
   Tensor3<TestType> X(2, 3, 9);
   X.setZero();
-  REQUIRE_THROWS_AS(layer(X), std::invalid_argument);
-  REQUIRE_THROWS_WITH(layer(X), Contains("Linear") && Contains("X") && Contains("7") && Contains("(2, 3, 9)"));
+  REQUIRE_THROWS_AS(layer.forward(X), std::invalid_argument);
+  REQUIRE_THROWS_WITH(layer.forward(X), Contains("Linear") && Contains("X") && Contains("7") && Contains("(2, 3, 9)"));
 }
 
 TEMPLATE_TEST_CASE("Linear rejects in_features or out_features below 1", "[linear][errors]", float, double) {

@@ -259,7 +259,7 @@ TEMPLATE_TEST_CASE("state_dict() then load_state_dict() into a fresh module give
             Generator generator(seed);
             return attend::Linear<T>(4, 3, bias, generator);
           },
-          [](const attend::Linear<T>& layer) { return layer(random_tensor<T>(2, 3, 4, 31)); },
+          [](const attend::Linear<T>& layer) { return layer.forward(random_tensor<T>(2, 3, 4, 31)); },
           bias ? "linear_bias" : "linear");
     }
   }
@@ -388,7 +388,7 @@ TEMPLATE_TEST_CASE("Every module's load_state_dict names the problem and stays a
   SECTION("Linear") {
     Generator generator(1);
     attend::Linear<T> with_bias(4, 3, true, generator), without_bias(4, 3, false, generator);
-    const auto run = [](const attend::Linear<T>& layer) { return layer(random_tensor<T>(2, 3, 4, 41)); };
+    const auto run = [](const attend::Linear<T>& layer) { return layer.forward(random_tensor<T>(2, 3, 4, 41)); };
     StateDict<T> dict = with_bias.state_dict();
     dict.erase("bias");
     require_refused<T>(with_bias, run, dict, "Linear::load_state_dict: missing tensor \"bias\" of shape (3)");

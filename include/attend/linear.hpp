@@ -4,16 +4,24 @@
 //
 // Initialised as PyTorch does: W and b uniform in [-1/sqrt(in_features), 1/sqrt(in_features)), W first,
 // row by row, then b. state_dict() names them as nn.Linear does: "weight", and "bias" when has_bias().
+//
+// Training: operator() keeps a copy of its input X for backward(dY), which returns dX = dY W and adds
+// dW = dY^T X and db = the column sums of dY into weight_grad() and bias_grad() (PyTorch's .grad accumulation),
+// all with X and dY seen as (batch * steps, features). forward() const keeps nothing.
 #pragma once
 
 #include <attend/config.hpp>
 
+#include <attend/detail/products.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/module.hpp>
+#include <attend/parameter.hpp>
 #include <attend/random.hpp>
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <cmath>
+#include <string>
+#include <vector>
 
 namespace attend {
 inline namespace ATTEND_ABI {
@@ -30,6 +38,8 @@ class Linear : public Module {
     for (Index i = 0; i < weight_.size(); ++i) weight_.data()[i] = generator.uniform(-bound, bound);
     bias_ = Vector<Scalar>::Zero(bias ? out_features : 0);
     for (Index i = 0; i < bias_.size(); ++i) bias_[i] = generator.uniform(-bound, bound);
+    weight_grad_ = Matrix<Scalar>::Zero(out_features, in_features);
+    bias_grad_ = Vector<Scalar>::Zero(bias_.size());
   }
 
   Matrix<Scalar>& weight() { return weight_; }  // (out_features, in_features)
@@ -40,14 +50,65 @@ class Linear : public Module {
   Index in_features() const { return in_features_; }
   Index out_features() const { return out_features_; }
 
-  // X: (batch, steps, in_features) -> (batch, steps, out_features)
-  Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) const {
+  // X: (batch, steps, in_features) -> (batch, steps, out_features); keeps X for backward().
+  Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) {
+    Tensor3<Scalar> Y = forward(X);  // (batch, steps, out_features); throws before anything is kept
+    recorded_input_ = X;
+    recorded_ = true;
+    return Y;
+  }
+
+  // The same output, keeping nothing.
+  Tensor3<Scalar> forward(const Tensor3<Scalar>& X) const {
     require_parameters("Linear");
     detail::require_dim(X, 2, in_features_, "Linear", "X", "features (in_features)");
     Tensor3<Scalar> Y(X.dimension(0), X.dimension(1), out_features_);  // (batch, steps, out_features)
     apply(detail::as_matrix(X), detail::as_matrix(Y));
     return Y;
   }
+
+  // dY: (batch, steps, out_features), the gradient of the last operator() call's output -> dX (batch, steps,
+  // in_features); adds dW and db into weight_grad() and bias_grad(). Throws std::logic_error when no call was
+  // recorded, std::invalid_argument when dY has another shape or a parameter or gradient was resized; a call that
+  // throws changes nothing.
+  Tensor3<Scalar> backward(const Tensor3<Scalar>& dY) {
+    constexpr const char* where = "Linear::backward";
+    detail::require_recorded(recorded_, where, "Linear");
+    require_parameters(where);
+    require_gradients(where);
+    const Tensor3<Scalar>& X = recorded_input_;  // (batch, steps, in_features)
+    detail::require_shape(dY, {X.dimension(0), X.dimension(1), out_features_}, where, "grad_output",
+                          "(batch, steps, out_features)");
+    Tensor3<Scalar> dX(X.dimension(0), X.dimension(1), in_features_);  // (batch, steps, in_features)
+    backward_rows(detail::as_matrix(X), detail::as_matrix(dY), dX.data());
+    return dX;
+  }
+
+  // The same on rows, for modules built on Linear: X (rows, in_features), the input of the call being
+  // differentiated, dY (rows, out_features) -> dX (rows, in_features) contiguous, written in place (null: not wanted);
+  // adds dW and db. Shapes are the caller's to check.
+  void backward_rows(const Eigen::Ref<const Matrix<Scalar>>& X, const Eigen::Ref<const Matrix<Scalar>>& dY,
+                     Scalar* dX) {
+    const Index rows = X.rows();
+    if (dX != nullptr)  // dX = dY W: (rows, out) x (out, in)
+      detail::times<Scalar>(false, dY.data(), dY.outerStride(), rows, out_features_, weight_.data(), in_features_,
+                            in_features_, dX, in_features_);
+    // This call's dW = dY^T X, (out, rows) x (rows, in), then added, as PyTorch adds a new gradient to .grad.
+    Matrix<Scalar> dW(out_features_, in_features_);
+    detail::transposed_times<Scalar>(false, dY, X, dW);
+    weight_grad_ += dW;
+    if (has_bias_) bias_grad_ += dY.colwise().sum().transpose();
+  }
+
+  // The gradients backward() adds to: weight's (out_features, in_features) and bias's (out_features, empty without
+  // a bias), zero at construction.
+  Matrix<Scalar>& weight_grad() { return weight_grad_; }
+  const Matrix<Scalar>& weight_grad() const { return weight_grad_; }
+  Vector<Scalar>& bias_grad() { return bias_grad_; }
+  const Vector<Scalar>& bias_grad() const { return bias_grad_; }
+  void zero_grad() { detail::zero_grad_of(*this); }
+  // weight, then bias when has_bias(), with their gradients; see parameter.hpp.
+  std::vector<Parameter<Scalar>> parameters() { return detail::parameters_of<Scalar>(*this, "Linear::parameters"); }
 
   // The same on rows: X (rows, in_features) -> Y (rows, out_features), written in place. Checks the parameters
   // (require_parameters) and both shapes; throws std::invalid_argument, leaving Y as it was, when one is wrong.
@@ -73,11 +134,32 @@ class Linear : public Module {
   // has_bias(); shape is the one given at construction.
   template <class Visit>
   void visit_parameters(Visit&& visit) {
-    visit_parameters_of(*this, visit);
+    visit_with_gradients([&](const std::string& name, auto& parameter, auto&, const std::vector<Index>& shape) {
+      visit(name, parameter, shape);
+    });
   }
   template <class Visit>
   void visit_parameters(Visit&& visit) const {
-    visit_parameters_of(*this, visit);
+    visit_with_gradients([&](const std::string& name, auto& parameter, auto&, const std::vector<Index>& shape) {
+      visit(name, parameter, shape);
+    });
+  }
+  // The same with each parameter's gradient: visit(name, parameter, gradient, shape).
+  template <class Visit>
+  void visit_with_gradients(Visit&& visit) {
+    visit_with_gradients_of(*this, visit);
+  }
+  template <class Visit>
+  void visit_with_gradients(Visit&& visit) const {
+    visit_with_gradients_of(*this, visit);
+  }
+
+  // Throws unless the gradient buffers still have the parameters' shapes given at construction.
+  void require_gradients(const char* where) const {
+    visit_with_gradients([&](const std::string& name, const auto& parameter, const auto& gradient,
+                             const std::vector<Index>& shape) {
+      detail::require_gradient_shape(name, parameter, gradient, shape, where);
+    });
   }
 
   // Throws unless the parameters still have the shapes given at construction (weight() and bias() hand out
@@ -93,16 +175,20 @@ class Linear : public Module {
 
  private:
   template <class Self, class Visit>
-  static void visit_parameters_of(Self& self, Visit& visit) {
-    visit("weight", self.weight_, {self.out_features_, self.in_features_});
-    if (self.has_bias_) visit("bias", self.bias_, {self.out_features_});
+  static void visit_with_gradients_of(Self& self, Visit& visit) {
+    visit("weight", self.weight_, self.weight_grad_, {self.out_features_, self.in_features_});
+    if (self.has_bias_) visit("bias", self.bias_, self.bias_grad_, {self.out_features_});
   }
 
   Index in_features_;
   Index out_features_;
   bool has_bias_;
-  Matrix<Scalar> weight_;  // (out_features, in_features)
-  Vector<Scalar> bias_;    // (out_features) or empty
+  Matrix<Scalar> weight_;       // (out_features, in_features)
+  Vector<Scalar> bias_;         // (out_features) or empty
+  Matrix<Scalar> weight_grad_;  // (out_features, in_features)
+  Vector<Scalar> bias_grad_;    // (out_features) or empty
+  Tensor3<Scalar> recorded_input_;  // (batch, steps, in_features): the last operator() call's X
+  bool recorded_ = false;
 };
 
 }  // namespace ATTEND_ABI

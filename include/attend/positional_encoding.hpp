@@ -13,10 +13,12 @@
 
 #include <attend/dropout.hpp>
 #include <attend/module.hpp>
+#include <attend/parameter.hpp>
 #include <attend/random.hpp>
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <cmath>
+#include <vector>
 
 namespace attend {
 inline namespace ATTEND_ABI {
@@ -80,12 +82,33 @@ class PositionalEncoding : public Module {
       auto y = detail::slice(Y, b);  // (steps, num_hiddens)
       y.noalias() = detail::slice(X, b) + P_.topRows(steps);
     }
+    // The record for backward(): dY/dX, 1 outside training, dropout's factors in it.
+    dropout_factors_.resize(Y.dimensions());
     if (is_training() && dropout_ > Scalar(0)) {
       auto flat = detail::as_matrix(Y);
-      detail::dropout_inplace(flat, dropout_, generator_);
+      detail::dropout_inplace(flat, dropout_, generator_, dropout_factors_.data());
+    } else {
+      dropout_factors_.setConstant(Scalar(1));
     }
+    recorded_ = true;
     return Y;
   }
+
+  // dY: (batch, steps, num_hiddens), the gradient of the last operator() call's output -> dX, the same shape:
+  // dY times the factor that call's dropout gave each entry (0, or 1 / (1 - p)). Throws std::logic_error when no
+  // call was recorded, std::invalid_argument when dY has another shape.
+  Tensor3<Scalar> backward(const Tensor3<Scalar>& dY) const {
+    constexpr const char* where = "PositionalEncoding::backward";
+    detail::require_recorded(recorded_, where, "PositionalEncoding");
+    const auto& d = dropout_factors_.dimensions();
+    detail::require_shape(dY, {d[0], d[1], d[2]}, where, "grad_output", "(batch, steps, num_hiddens)");
+    Tensor3<Scalar> dX = dY * dropout_factors_;  // (batch, steps, num_hiddens)
+    return dX;
+  }
+
+  // No parameter, so nothing to zero and an empty list.
+  void zero_grad() {}
+  std::vector<Parameter<Scalar>> parameters() { return {}; }
 
  private:
   static Scalar checked_dropout(Scalar dropout) {
@@ -96,6 +119,8 @@ class PositionalEncoding : public Module {
   Matrix<Scalar> P_;  // (max_len, num_hiddens)
   Scalar dropout_;
   Generator generator_;
+  Tensor3<Scalar> dropout_factors_;  // (batch, steps, num_hiddens) of the last operator() call: dY/dX
+  bool recorded_ = false;
 };
 
 }  // namespace ATTEND_ABI

@@ -8,6 +8,7 @@
 #include <attend/config.hpp>
 
 #include <Eigen/Core>
+#include <array>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -79,6 +80,24 @@ void require_same_dim(const Tensor3<ScalarA>& X, const Tensor3<ScalarB>& Y, int 
   require(X.dimension(axis) == Y.dimension(axis), where, ": ", x_name, " and ", y_name, " must have the same ", what,
           " (axis ", axis, "), got ", x_name, ' ', shape_text(X.dimensions()), " and ", y_name, ' ',
           shape_text(Y.dimensions()));
+}
+
+// Throws unless X has exactly the shape `expected`:
+//   "Linear::backward: grad_output must have shape (2, 3, 4) (batch, steps, out_features), got (2, 3, 5)".
+template <class Scalar>
+void require_shape(const Tensor3<Scalar>& X, const std::array<Index, 3>& expected, const char* where,
+                   const char* name, const char* axes) {
+  const auto& d = X.dimensions();
+  require(d[0] == expected[0] && d[1] == expected[1] && d[2] == expected[2], where, ": ", name, " must have shape ",
+          shape_text(expected), ' ', axes, ", got ", shape_text(d));
+}
+
+// Throws std::logic_error unless a call was recorded for a backward pass: "Linear::backward: no recorded call (call
+// the module's operator() first; forward() records nothing)".
+inline void require_recorded(bool recorded, const char* where, const char* module) {
+  if (!recorded)
+    throw std::logic_error(message(where, ": no recorded call (call the ", module,
+                                   "'s operator() first; forward() records nothing)"));
 }
 
 // Throws unless `dropout` is a probability in [0, 1].
