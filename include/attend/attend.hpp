@@ -8,11 +8,15 @@
 #include <attend/dot_product_attention.hpp>
 #include <attend/dropout.hpp>
 #include <attend/from_torch.hpp>
+#include <attend/isa.hpp>
 #include <attend/linear.hpp>
+#include <attend/loss.hpp>
 #include <attend/mask.hpp>
 #include <attend/masked_softmax.hpp>
 #include <attend/module.hpp>
 #include <attend/multi_head_attention.hpp>
+#include <attend/optim.hpp>
+#include <attend/parameter.hpp>
 #include <attend/positional_encoding.hpp>
 #include <attend/random.hpp>
 #include <attend/rnn.hpp>
