@@ -79,9 +79,17 @@ class Conv1d : public Module {
     const Index padded_out = detail::padded_to_packets<Scalar>(out_channels_);
     Matrix<Scalar> Wt(width, padded_out);  // (k * in, out rounded up to whole packets)
     Wt.rightCols(padded_out - out_channels_).setZero();
-    for (Index o = 0; o < out_channels_; ++o)
+    //    Sixteen output channels at a time, so that the writes go to contiguous runs of a row of W^T and the reads to
+    //    sixteen rows of W, not to a new row of W^T (and a new page, with d over 1000) for every element.
+    constexpr Index run = 16;
+    for (Index o0 = 0; o0 < out_channels_; o0 += run) {
+      const Index o1 = std::min(o0 + run, out_channels_);
       for (Index i = 0; i < in; ++i)
-        for (Index t = 0; t < k; ++t) Wt(t * in + i, o) = weight_(o, i, t);
+        for (Index t = 0; t < k; ++t) {
+          Scalar* row = Wt.data() + (t * in + i) * padded_out;  // row t * in + i of W^T
+          for (Index o = o0; o < o1; ++o) row[o] = weight_(o, i, t);
+        }
+    }
 
     // 2. Output step s of batch row b reads its batch row's steps s - left .. s - left + k - 1, zero outside the row:
     //    k * in consecutive values of X, a row of a view whose rows overlap (one step, in values, apart). One product
