@@ -8,11 +8,12 @@
 //   self-attention    O(n^2 d)              O(1)                     O(1)
 //
 // This program builds the three encoders of attend/sequence_encoders.hpp and checks each column:
-//   (a) cost: it times one forward pass (the median of several timings, after a warm-up) over a range of n at fixed
-//       d, and of d at fixed n, and fits the exponent of time by least squares on log-log axes; beside it, the
-//       exponent of the exact FLOP count over the same sizes, and the seed's.
+//   (a) cost: it times one forward pass on one thread (the median of several timings, after a warm-up) over a
+//       range of n at fixed d, and of d at fixed n, and fits the exponent of time by least squares on log-log axes;
+//       beside it, the exponent of the exact FLOP count over the same sizes, and the seed's.
 //   (b) sequential operations: the length of each encoder's dependency chain, and what it does to parallelism:
-//       two threads share every stage of the chain and must meet after each one.
+//       each encoder's forward on one sequence with attend's kernels on 1 thread and on 2
+//       (attend::set_num_threads), which share out the work inside a stage but cannot run two stages at once.
 //   (c) maximum path length: how many hops a change of x_1 needs to reach y_n, measured by running the chain
 //       stage by stage (attend::measured_path_length), against the formula.
 //
@@ -25,8 +26,10 @@
 #include <attend/complexity.hpp>
 #include <attend/random.hpp>
 #include <attend/sequence_encoders.hpp>
+#include <attend/threads.hpp>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
@@ -34,7 +37,8 @@
 #include <functional>
 #include <iomanip>
 #include <iostream>
-#include <memory>
+#include <limits>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -105,8 +109,9 @@ constexpr Index cnn_kernel = 3;             // the CNN's kernel in (a) and (b)
 
 double seconds(Clock::duration duration) { return std::chrono::duration<double>(duration).count(); }
 
-// Every timed forward writes an element of its result here, so that the optimiser cannot drop it.
-volatile float sink = 0;
+// Every timed forward writes an element of its result here, so that the optimiser cannot drop it; atomic, as the
+// control of (b) runs two forwards at once.
+std::atomic<float> sink{0};
 
 // (batch, n, d), uniform in [-1, 1).
 Tensor3<float> random_input(Index batch, Index n, Index d, std::uint64_t seed) {
@@ -141,14 +146,19 @@ std::vector<double> median_seconds(const std::vector<std::function<void()>>& run
   return medians;
 }
 
+// One forward pass of `encoder` on X (batch, n, d), as a function to time; it keeps its own copy of X.
+template <class Encoder>
+std::function<void()> forward_run(Encoder& encoder, const Tensor3<float>& X) {
+  return [&encoder, X] {
+    const Tensor3<float> Y = encoder(X);  // (batch, n, d)
+    sink.store(Y.data()[0], std::memory_order_relaxed);
+  };
+}
+
 // One forward pass of `encoder` on a random (1, n, d) input, as a function to time.
 template <class Encoder>
 std::function<void()> forward_run(Encoder& encoder, Index n, Index d) {
-  const Tensor3<float> X = random_input(1, n, d, 7);  // (1, n, d)
-  return [&encoder, X] {
-    const Tensor3<float> Y = encoder(X);  // (1, n, d)
-    sink = Y.data()[0];
-  };
+  return forward_run(encoder, random_input(1, n, d, 7));
 }
 
 struct Sweep {
@@ -187,150 +197,146 @@ std::string fixed(double value, int digits) {
   return out.str();
 }
 
-// ---- (b): two threads sharing every stage of a chain ----------------------------------------------------------
+// ---- (b): the library's threads ---------------------------------------------------------------------------------
 
-// Two threads meet here after every stage: neither starts stage s + 1 before both have finished stage s. It spins
-// (a hand-off then costs well under a microsecond when both threads have a core), yielding the core after a while
-// so that a busy machine is not made busier.
-class Barrier {
+// What (b) measures of one encoder on one sequence; NaN where not measured (without OpenMP, no 2-thread forward).
+struct ThreadTiming {
+  double one_thread = std::numeric_limits<double>::quiet_NaN();   // seconds per forward, attend::set_num_threads(1)
+  double two_threads = std::numeric_limits<double>::quiet_NaN();  //                   and attend::set_num_threads(2)
+  float difference = std::numeric_limits<float>::quiet_NaN();     // max |2 threads - 1 thread| over the output
+  double control = std::numeric_limits<double>::quiet_NaN();      // 2 x one forward alone / two at once
+};
+
+// A std::thread of its own for the control's second forward, kept across the timings: a thread started for every
+// forward would also pay, inside the timing, for its first touch of memory (a new thread gets an allocator arena
+// of its own), more than a forward of half a millisecond costs. It sleeps between jobs.
+class HelperThread {
  public:
-  void arrive_and_wait() {
-    const unsigned phase = phase_.load(std::memory_order_acquire);
-    if (arrived_.fetch_add(1, std::memory_order_acq_rel) == 1) {  // the second to arrive releases the first
-      arrived_.store(0, std::memory_order_relaxed);
-      phase_.store(phase + 1, std::memory_order_release);
-      return;
+  HelperThread() : thread_([this] { serve(); }) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [this] { return ready_; });
+  }
+  HelperThread(const HelperThread&) = delete;
+  HelperThread& operator=(const HelperThread&) = delete;
+  ~HelperThread() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      quit_ = true;
     }
-    for (int spins = 0; phase_.load(std::memory_order_acquire) == phase; ++spins)
-      if (spins > 4000) std::this_thread::yield();
+    changed_.notify_all();
+    thread_.join();
+  }
+
+  // Starts job on the helper thread and returns; wait() returns once it is done. One job at a time; job must
+  // live until then.
+  void start(const std::function<void()>& job) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      job_ = &job;
+    }
+    changed_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [this] { return job_ == nullptr; });
   }
 
  private:
-  std::atomic<int> arrived_{0};
-  std::atomic<unsigned> phase_{0};
-};
-
-// Runs stages 0 .. stages - 1; part(s, p) does share p (0 or 1) of stage s. With two threads, share 1 runs on a
-// helper thread (started inside the timing) and the threads meet after every stage; with one, part(s, -1) does the
-// whole stage.
-void run_chain(Index stages, int threads, const std::function<void(Index, int)>& part) {
-  if (threads == 1) {
-    for (Index s = 0; s < stages; ++s) part(s, -1);
-    return;
-  }
-  Barrier barrier;
-  std::thread helper([&] {
-    for (Index s = 0; s < stages; ++s) {
-      part(s, 1);
-      barrier.arrive_and_wait();
+  void serve() {
+    // OpenMP's thread count is a setting of each thread: this one starts at the default (OMP_NUM_THREADS, or one
+    // per hardware thread) and keeps attend's kernels on itself. set_num_threads also writes Eigen's count, which
+    // the other threads' forwards read: the constructor returns only after it.
+    attend::set_num_threads(1);
+    std::unique_lock<std::mutex> lock(mutex_);
+    ready_ = true;
+    changed_.notify_all();
+    for (;;) {
+      changed_.wait(lock, [this] { return quit_ || job_ != nullptr; });
+      if (quit_) return;
+      lock.unlock();
+      (*job_)();  // start() leaves job_ alone until wait() has seen it cleared
+      lock.lock();
+      job_ = nullptr;
+      changed_.notify_all();
     }
-  });
-  for (Index s = 0; s < stages; ++s) {
-    part(s, 0);
-    barrier.arrive_and_wait();
   }
-  helper.join();
-}
 
-// [first, last) of share p of `size` items (p = -1: all of them).
-std::pair<Index, Index> share(Index size, int p) {
-  if (p < 0) return {0, size};
-  return {p == 0 ? 0 : size / 2, p == 0 ? size / 2 : size};
-}
-
-// Writes piece (batch, last - first, d) over positions [first, last) of out (batch, n, d).
-void put(Tensor3<float>& out, const Tensor3<float>& piece, Index first) {
-  const Eigen::array<Index, 3> offsets{0, first, 0};
-  const Eigen::array<Index, 3> extents{piece.dimension(0), piece.dimension(1), piece.dimension(2)};
-  out.slice(offsets, extents) = piece;
-}
-
-// One encoder's forward pass as its chain of stages, ready to run on 1 or 2 threads, with its own copies of the
-// encoder (one per thread: a self-attention call records its attention weights) and its own buffers.
-struct Chain {
-  Index stages = 0;
-  std::function<void(int)> run;               // one forward on 1 or 2 threads
-  std::function<Tensor3<float>()> output;     // the result of the last run, (1, n, d)
+  std::mutex mutex_;
+  std::condition_variable changed_;             // ready_, quit_ or job_ changed
+  const std::function<void()>* job_ = nullptr;  // the job to run, or none
+  bool ready_ = false;                          // serve() has set its thread count
+  bool quit_ = false;
+  std::thread thread_;  // last: it starts once the members above exist
 };
 
-// Self-attention or the CNN: stage s is layer s; its share p is half of the layer's output positions.
+// The control: encoder's forward on X and its copy's (a self-attention call keeps its weights and its workspace in
+// the encoder) run at the same time, the copy's on `helper`, each with attend's kernels on its own thread only,
+// against encoder's forward alone on one thread, in the same rounds. Returns 2 x alone / both at once: 2 when the
+// second core does as much as the first. Leaves the calling thread on 1 thread.
 template <class Encoder>
-Chain layer_chain(const Encoder& encoder, const Tensor3<float>& X) {
-  struct State {
-    std::vector<Encoder> copies;          // one per thread
-    Tensor3<float> X;                     // (1, n, d)
-    std::vector<Tensor3<float>> buffers;  // (1, n, d) each: a layer's input and output, in turn
-  };
-  const auto state = std::make_shared<State>(State{{encoder, encoder}, X, {X, X}});
-  const Index n = X.dimension(1), layers = encoder.num_layers();
-  Chain chain;
-  chain.stages = layers;
-  chain.run = [state, n, layers](int threads) {
-    State& st = *state;
-    st.buffers[0] = st.copies[0].embed(st.X);
-    run_chain(layers, threads, [&st, n](Index s, int p) {
-      const auto [first, last] = share(n, p);
-      Encoder& own = st.copies[static_cast<std::size_t>(std::max(p, 0))];
-      put(st.buffers[static_cast<std::size_t>((s + 1) % 2)],
-          own.layer(s, st.buffers[static_cast<std::size_t>(s % 2)], first, last), first);
-    });
-  };
-  chain.output = [state, layers] { return state->buffers[static_cast<std::size_t>(layers % 2)]; };
-  return chain;
-}
-
-// The RNN: stage l n + t is step t of layer l; its share p is half of the hidden units of h_t. Step t needs all
-// of h_{t-1}: the threads meet after every step.
-Chain rnn_chain(const attend::RNNEncoder<float>& encoder, const Tensor3<float>& X) {
-  struct State {
-    attend::RNNEncoder<float> encoder;    // const steps on disjoint units: one copy serves both threads
-    std::vector<Tensor3<float>> buffers;  // (1, n, d) each: a layer's input and output, in turn
-  };
-  const auto state = std::make_shared<State>(State{encoder, {X, X}});
-  const Index n = X.dimension(1), d = X.dimension(2), layers = encoder.num_layers();
-  const Tensor3<float> input = X;  // (1, n, d)
-  Chain chain;
-  chain.stages = layers * n;
-  chain.run = [state, input, n, d, layers](int threads) {
-    State& st = *state;
-    st.buffers[0] = input;
-    run_chain(layers * n, threads, [&st, n, d](Index s, int p) {
-      const Index l = s / n, t = s % n;
-      const auto [first, last] = share(d, p);
-      st.encoder.step(l, t, st.buffers[static_cast<std::size_t>(l % 2)],
-                      st.buffers[static_cast<std::size_t>((l + 1) % 2)], first, last);
-    });
-  };
-  chain.output = [state, layers] { return state->buffers[static_cast<std::size_t>(layers % 2)]; };
-  return chain;
-}
-
-struct ChainTiming {
-  Index stages;
-  double one_thread, two_threads;  // seconds per forward
-  double both;                     // seconds for two whole forwards at once, one per thread, never meeting
-  float difference;                // max |two threads - one thread| over the output
-};
-
-// Times `make()`'s chain on 1 and 2 threads and, as a control, two independent chains on one thread each.
-template <class Make>
-ChainTiming time_chain(const Make& make, int repeats) {
-  Chain chain = make(), other = make();
-  chain.run(1);
-  const Tensor3<float> one = chain.output();  // (1, n, d)
-  chain.run(2);
-  const Tensor3<float> two = chain.output();  // (1, n, d)
-  const float difference = Eigen::Tensor<float, 0, Eigen::RowMajor>((one - two).abs().maximum())();
-  const std::vector<double> t = median_seconds({[&] { chain.run(1); },
-                                                [&] { chain.run(2); },
+double control_speedup(Encoder& encoder, Encoder& copy, const Tensor3<float>& X, HelperThread& helper, int repeats) {
+  attend::set_num_threads(1);
+  const std::function<void()> own = forward_run(encoder, X), other = forward_run(copy, X);
+  const std::vector<double> t = median_seconds({own,
                                                 [&] {
-                                                  std::thread helper([&] { other.run(1); });
-                                                  chain.run(1);
-                                                  helper.join();
+                                                  helper.start(other);
+                                                  own();
+                                                  helper.wait();
                                                 }},
                                                repeats);
-  return {chain.stages, t[0], t[1], t[2], difference};
+  return 2 * t[0] / t[1];
 }
+
+// encoder's forward on X with attend::set_num_threads(1) and with (2), in the same rounds, into timing's
+// one_thread, two_threads and difference; without OpenMP only one_thread. Leaves the calling thread on 1 thread.
+template <class Encoder>
+void time_on_threads(Encoder& encoder, const Tensor3<float>& X, int repeats, ThreadTiming& timing) {
+  const std::function<void()> own = forward_run(encoder, X);
+  const std::function<void()> on_one_thread = [&] {
+    attend::set_num_threads(1);
+    own();
+  };
+  if (attend::has_openmp()) {
+    attend::set_num_threads(1);
+    const Tensor3<float> one = encoder(X);  // (1, n, d)
+    attend::set_num_threads(2);
+    const Tensor3<float> two = encoder(X);  // (1, n, d)
+    timing.difference = Eigen::Tensor<float, 0, Eigen::RowMajor>((one - two).abs().maximum())();
+    const std::vector<double> t = median_seconds({on_one_thread,
+                                                  [&] {
+                                                    attend::set_num_threads(2);
+                                                    own();
+                                                  }},
+                                                 repeats);
+    timing.one_thread = t[0];
+    timing.two_threads = t[1];
+  } else {
+    timing.one_thread = median_seconds({on_one_thread}, repeats)[0];
+  }
+  attend::set_num_threads(1);
+}
+
+// (b)'s encoders at one width d, each with a copy for the control's second forward, and their input.
+struct EncodersAt {
+  EncodersAt(Index d, Index layers, Index n, attend::Generator generator)
+      : attention(d, d / attention_head_width, layers, std::max<Index>(n, 1000), generator),
+        rnn(d, layers, generator),
+        cnn(d, cnn_kernel, layers, generator),
+        attention_copy(attention),
+        rnn_copy(rnn),
+        cnn_copy(cnn),
+        X(random_input(1, n, d, 8)) {}
+
+  Index d() const { return attention.num_hiddens(); }
+
+  attend::SelfAttentionEncoder<float> attention;
+  attend::RNNEncoder<float> rnn;
+  attend::CNNEncoder<float> cnn;
+  attend::SelfAttentionEncoder<float> attention_copy;
+  attend::RNNEncoder<float> rnn_copy;
+  attend::CNNEncoder<float> cnn_copy;
+  Tensor3<float> X;  // (1, n, d)
+};
 
 // The 1-minute load average, or -1 where /proc/loadavg is missing.
 double load_average() {
@@ -395,27 +401,28 @@ int main(int argc, char** argv) try {
             << "Measured here: float, one sequence (batch 1); Eigen " << EIGEN_WORLD_VERSION << '.'
             << EIGEN_MAJOR_VERSION << '.' << EIGEN_MINOR_VERSION << " with " << Eigen::SimdInstructionSetsInUse()
             << "; " << std::thread::hardware_concurrency() << " hardware threads;\n"
-#ifdef _OPENMP
-            << "OpenMP on (Eigen::nbThreads() = " << Eigen::nbThreads() << "), Eigen kept to one thread in (a) and (b)"
-#else
-            << "no OpenMP, so Eigen computes every product on one thread"
-#endif
+            << (attend::has_openmp()
+                    ? "OpenMP on (attend::num_threads() = " + std::to_string(attend::num_threads()) +
+                          "); attend's kernels and Eigen kept on one thread in (a), on 1 and 2 in (b)"
+                    : std::string("no OpenMP, so attend's kernels and Eigen compute on one thread"))
             << (long_run ? "; the long sweep" : "") << ".\nEvery time is the median of " << plan.repeats
             << " timings after a warm-up; an exponent is the least-squares slope of log time\nagainst log size."
             << " Self-attention heads are " << attention_head_width << " wide (d / " << attention_head_width
             << " heads); the CNN's kernel is " << cnn_kernel << " unless said.\n";
 
-#ifdef _OPENMP
-  // The comparisons in (a) and (b) are of one thread's work: with OpenMP, keep Eigen's products on one thread too.
-  const int eigen_threads = Eigen::nbThreads();
-  Eigen::setNbThreads(1);
-#endif
+  // The thread count the program started with (OMP_NUM_THREADS, or OpenMP's default: one per hardware thread),
+  // restored after (a) and (b), which set their own.
+  const int start_threads = attend::num_threads();
 
   // ---- (a) computational cost ----------------------------------------------------------------------------------
+  // The cost of one thread's work: attend's kernels share their work among attend::num_threads() threads, so on
+  // more than one the large sizes of a sweep, whose work is worth a team, would run on several and the small ones on
+  // one, bending the fits. attend::set_num_threads(1) keeps attend's kernels and Eigen's products on one thread.
+  attend::set_num_threads(1);
   // A sweep times all its (encoder, size) pairs in the same rounds (see median_seconds).
   const Index d_fixed = plan.n_sweep_d;
   const std::size_t n_count = plan.n_values.size();
-  std::cout << "\n(a) Computational cost: one forward pass, one layer\n\n"
+  std::cout << "\n(a) Computational cost: one forward pass, one layer, on one thread\n\n"
             << "  time against n at d = " << d_fixed << " (ms):\n"
             << "       n   self-attention        RNN    CNN k=" << cnn_kernel << '\n';
   attend::Generator generator(2024);
@@ -526,97 +533,105 @@ int main(int argc, char** argv) try {
             << "  its large n. The RNN and the CNN are timed against d at large d, where the d^2 products outweigh\n"
             << "  the per-step and per-position overheads.)\n";
 
+  attend::set_num_threads(start_threads);  // (a) is done
+
   // ---- (b) sequential operations -------------------------------------------------------------------------------
+  // Each encoder's forward on attend's own threads: attend::set_num_threads(1) against (2), timed in the same
+  // rounds, and the control (two single-threaded forwards at once).
   const Index layers = 2, n_chain = plan.threads_n;
-  std::cout << "\n(b) Sequential operations: one sequence of n = " << n_chain << ", " << layers
-            << " layers, on 1 and 2 threads\n\n"
-#ifdef _OPENMP
-            << "  This build has OpenMP, but Eigen is kept on one thread here (Eigen::setNbThreads(1)), so that the\n"
-            << "  two threads below are the only parallelism.\n"
-#else
-            << "  Eigen parallelises its products only when built with OpenMP, and this build is not (no -fopenmp):\n"
-            << "  Eigen::setNbThreads(2) would change nothing.\n"
-#endif
-            << "  So two std::threads share the work of every stage of each encoder's dependency chain and wait for\n"
-            << "  each other after each stage. Self-attention and the CNN split a layer's output positions in halves\n"
-            << "  (each self-attention thread also projects all keys and values itself). The RNN cannot split its\n"
-            << "  positions, step t needs h_{t-1}, so it splits the hidden units of every step. A stage is one\n"
-            << "  sequential operation, and costs one hand-off between the threads.\n"
+  std::cout << "\n(b) Sequential operations: one sequence of n = " << n_chain << ", " << layers << " layers, "
+            << (attend::has_openmp() ? "on 1 and 2 of attend's threads" : "on 1 thread") << "\n\n";
+  if (attend::has_openmp())
+    std::cout << "  Each encoder's forward with attend::set_num_threads(1) and with (2), in the same rounds. On two\n"
+              << "  threads attend shares out the work inside each stage, in pieces fixed by the shapes (not by the\n"
+              << "  thread count): self-attention its Q, K, V and output projections (chunks of rows) and its\n"
+              << "  (head, query block) work items; the CNN its chunks of output steps. The RNN shares only its\n"
+              << "  input projection, one product over all n steps; its recurrence h_t = tanh(x_t W_xh + h_{t-1} W_hh\n"
+              << "  + b) is n steps one after another, each a small matrix-vector product run on one thread, and\n"
+              << "  the second core has nothing to do for them.\n";
+  else
+    std::cout << "  (b) needs OpenMP, and this build has none (attend::has_openmp() is false): attend's kernels\n"
+              << "  run on the calling thread whatever attend::set_num_threads says, so there is no 2-thread\n"
+              << "  forward to time. The 2-thread columns are left empty; the control still shows what a second\n"
+              << "  core would give.\n";
+  std::cout << "  stages: the sequential operations, L for self-attention and the CNN, L n for the RNN.\n"
             << "  speedup = time on 1 thread / time on 2 threads. control = 2 x time on 1 thread / time of two\n"
-            << "  independent forwards at once, one per thread (no hand-offs: batch parallelism, open to all three):\n"
-            << "  what the second core gave at that moment, the ceiling of the speedup.\n";
+            << "  independent single-threaded forwards at once, one per std::thread (batch parallelism, open to\n"
+            << "  all three), timed first, in rounds of its own: what the second core gave then, roughly the\n"
+            << "  ceiling of the speedup (timed apart, the two can disagree on a busy machine).\n";
   const double load = load_average();
   if (load >= 0)
     std::cout << "  The load average when (b) began: " << fixed(load, 2) << " on " << std::thread::hardware_concurrency()
               << " hardware threads"
               << (load > 0.5 ? ";\n  other processes were running, and the control shows what they left.\n" : ".\n");
+  if (load > 0.5 && attend::has_openmp())
+    std::cout << "  attend's threads meet at the end of every loop they share, so while another process holds the\n"
+              << "  second core, 2 threads can be slower than 1.\n";
   std::cout << "\n       d   encoder           stages        1 thread   2 threads   speedup   control   "
                "work per stage   max |diff|\n";
-  for (Index d : plan.threads_d_values) {
-    attend::Generator chain_generator(99);
-    const attend::SelfAttentionEncoder<float> attention(d, d / attention_head_width, layers,
-                                                        std::max<Index>(n_chain, 1000), chain_generator);
-    const attend::RNNEncoder<float> rnn(d, layers, chain_generator);
-    const attend::CNNEncoder<float> cnn(d, cnn_kernel, layers, chain_generator);
-    const Tensor3<float> X = random_input(1, n_chain, d, 8);  // (1, n, d)
-    const ChainTiming timings[] = {time_chain([&] { return layer_chain(attention, X); }, plan.repeats),
-                                   time_chain([&] { return rnn_chain(rnn, X); }, plan.repeats),
-                                   time_chain([&] { return layer_chain(cnn, X); }, plan.repeats)};
+  // Shown as "-" where (b) has no 2-thread forward.
+  const auto or_dash = [](double value, const std::string& text) {
+    return std::isnan(value) ? std::string("-") : text;
+  };
+  std::vector<EncodersAt> widths;  // one set of encoders per d
+  widths.reserve(plan.threads_d_values.size());
+  for (Index d : plan.threads_d_values) widths.emplace_back(d, layers, n_chain, attend::Generator(99));
+  std::vector<std::vector<ThreadTiming>> timings(widths.size(), std::vector<ThreadTiming>(3));  // per d: per encoder
+  // The controls first, all of them: after a loop they shared, OpenMP's idle threads spin on the second core for a
+  // while before they sleep (a few ms in GCC's libgomp, 200 ms in LLVM's libomp), which would slow the control's
+  // helper. Until the first 2-thread forward below, there are none.
+  {
+    HelperThread helper;
+    for (std::size_t w = 0; w < widths.size(); ++w) {
+      EncodersAt& at = widths[w];
+      timings[w][0].control = control_speedup(at.attention, at.attention_copy, at.X, helper, plan.repeats);
+      timings[w][1].control = control_speedup(at.rnn, at.rnn_copy, at.X, helper, plan.repeats);
+      timings[w][2].control = control_speedup(at.cnn, at.cnn_copy, at.X, helper, plan.repeats);
+    }
+  }
+  bool attention_tiled = true;  // whether every self-attention call took the tiled path
+  for (std::size_t w = 0; w < widths.size(); ++w) {
+    EncodersAt& at = widths[w];
+    time_on_threads(at.attention, at.X, plan.repeats, timings[w][0]);
+    time_on_threads(at.rnn, at.X, plan.repeats, timings[w][1]);
+    time_on_threads(at.cnn, at.X, plan.repeats, timings[w][2]);
+    for (Index l = 0; l < layers; ++l) attention_tiled = attention_tiled && at.attention.attention(l).last_call_tiled();
+    const Index stages[] = {at.attention.sequential_operations(n_chain), at.rnn.sequential_operations(n_chain),
+                            at.cnn.sequential_operations(n_chain)};
     const char* names[] = {"self-attention", "RNN", "CNN k=3"};
     const char* counts[] = {" = L", " = L n", " = L"};
-    for (int e = 0; e < 3; ++e) {
-      const ChainTiming& t = timings[e];
-      const double per_stage = t.one_thread / static_cast<double>(t.stages);
+    for (std::size_t e = 0; e < 3; ++e) {
+      const ThreadTiming& t = timings[w][e];
+      const double per_stage = t.one_thread / static_cast<double>(stages[e]);
+      std::ostringstream difference;
+      difference << std::setprecision(1) << std::scientific << t.difference;
       std::ostringstream row;
-      row << std::setw(8) << (e == 0 ? std::to_string(d) : "") << "   " << std::left << std::setw(18) << names[e]
-          << std::setw(12) << std::to_string(t.stages) + counts[e] << std::right << std::setw(10)
-          << fixed(1e3 * t.one_thread, 2) + " ms" << std::setw(12) << fixed(1e3 * t.two_threads, 2) + " ms"
-          << std::setw(9) << fixed(t.one_thread / t.two_threads, 2) + "x" << std::setw(10)
-          << fixed(2 * t.one_thread / t.both, 2) + "x" << std::setw(17)
+      row << std::setw(8) << (e == 0 ? std::to_string(at.d()) : "") << "   " << std::left << std::setw(18) << names[e]
+          << std::setw(12) << std::to_string(stages[e]) + counts[e] << std::right << std::setw(10)
+          << fixed(1e3 * t.one_thread, 2) + " ms" << std::setw(12)
+          << or_dash(t.two_threads, fixed(1e3 * t.two_threads, 2) + " ms") << std::setw(9)
+          << or_dash(t.two_threads, fixed(t.one_thread / t.two_threads, 2) + "x") << std::setw(10)
+          << fixed(t.control, 2) + "x" << std::setw(17)
           << (per_stage >= 1e-3 ? fixed(1e3 * per_stage, 2) + " ms" : fixed(1e6 * per_stage, 1) + " us")
-          << std::setw(13) << std::setprecision(1) << std::scientific << t.difference;
+          << std::setw(13) << or_dash(t.difference, difference.str());
       std::cout << row.str() << '\n';
     }
   }
-  std::cout << "\n  Self-attention and the CNN hand off L = " << layers << " times per forward, whatever n; the RNN L n = "
-            << layers * n_chain << " times, each\n"
-            << "  after a step of only microseconds of work (see the column): at small d the hand-offs eat what the\n"
-            << "  second core brings, and only a step with more work (larger d) leaves room for it. With p cores an\n"
-            << "  O(1)-chain encoder can approach p times faster on one sequence; the RNN stays at n L steps one\n"
-            << "  after another, each at least one hand-off long. (max |diff|: how far the 2-thread result is from\n"
-            << "  the 1-thread one; products of other shapes may round differently.)\n";
-
-#ifdef _OPENMP
-  // Eigen's own threads, as the build allows: each encoder's forward with Eigen::setNbThreads(1), then (2).
-  {
-    const Index d = plan.threads_d_values.back();
-    attend::Generator eigen_generator(98);
-    attend::SelfAttentionEncoder<float> attention(d, d / attention_head_width, layers, std::max<Index>(n_chain, 1000),
-                                                  eigen_generator);
-    const attend::RNNEncoder<float> rnn(d, layers, eigen_generator);
-    const attend::CNNEncoder<float> cnn(d, cnn_kernel, layers, eigen_generator);
-    const auto with_threads = [](int threads, const std::function<void()>& run) {
-      return [threads, run] {
-        Eigen::setNbThreads(threads);
-        run();
-      };
-    };
-    const std::function<void()> forwards[] = {forward_run(attention, n_chain, d), forward_run(rnn, n_chain, d),
-                                              forward_run(cnn, n_chain, d)};
-    std::vector<std::function<void()>> runs;
-    for (const auto& forward : forwards) {
-      runs.push_back(with_threads(1, forward));
-      runs.push_back(with_threads(eigen_threads, forward));
-    }
-    const std::vector<double> t = median_seconds(runs, plan.repeats);
-    Eigen::setNbThreads(1);
-    std::cout << "\n  And Eigen's own threads (OpenMP), d = " << d << ": each encoder's forward with Eigen::setNbThreads(1)"
-              << " against (" << eigen_threads << "):\n"
-              << "  self-attention " << fixed(t[0] / t[1], 2) << "x, RNN " << fixed(t[2] / t[3], 2) << "x, CNN "
-              << fixed(t[4] / t[5], 2) << "x. Eigen threads only large matrix-matrix products: the RNN's steps\n"
-              << "  are matrix-vector products on one sequence, so only its input projection can use them.\n";
-  }
-#endif
+  std::cout << "\n  Self-attention and the CNN have L = " << layers << " stages whatever n, and inside each the work of"
+            << " the n positions\n"
+            << "  depends only on the stage's input: it splits into pieces that any number of threads can share,\n"
+            << "  and with p cores an O(1)-chain encoder can approach p times faster on one sequence. The RNN's\n"
+            << "  L n = " << layers * n_chain << " stages are steps of microseconds (see the column), one after another"
+            << " on one thread:\n"
+            << "  more threads speed up only its input projection, so it gains at most that projection's share of\n"
+            << "  the time (Amdahl's law), however many cores.\n";
+  if (attend::has_openmp())
+    std::cout << "  max |diff|: attend's pieces do not depend on the number of threads and each is computed by one\n"
+              << "  thread in a fixed order, so 1 and 2 threads are designed to give the same bits: 0.\n";
+  if (!attention_tiled)
+    std::cout << "  (Some self-attention calls took the direct path, which forms the n x n weights: there its work\n"
+              << "  items are whole (batch row, head) pairs, not (head, query block) items.)\n";
+  attend::set_num_threads(start_threads);  // (b) is done
 
   // ---- (c) maximum path length ----------------------------------------------------------------------------------
   const Index path_d = 8, n_path_max = plan.path_n_values.back();
@@ -657,9 +672,6 @@ int main(int argc, char** argv) try {
   ex::write_csv(dir / "compare_encoders.csv", csv);
   ex::draw(dir, "compare_encoders", plot_script(plan.n_values, in_n[0].seconds, in_n[1].seconds, d_fixed));
 
-#ifdef _OPENMP
-  Eigen::setNbThreads(eigen_threads);
-#endif
   std::cout << "total time " << fixed(seconds(Clock::now() - program_start), 1) << " s\n";
   return 0;
 } catch (const std::exception& error) {
