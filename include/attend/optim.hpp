@@ -3,7 +3,8 @@
 //
 //   SGD(lr, momentum, weight_decay)        d = g + weight_decay p;  with momentum: b = d at t = 1, else
 //                                          b = momentum b + d, and d = b;  p -= lr d
-//   Adam(lr, beta1, beta2, eps, wd)        g' = g + wd p;  m = beta1 m + (1 - beta1) g';  v = beta2 v + (1 - beta2) g'^2
+//   Adam(lr, beta1, beta2, eps, wd)        g' = g + wd p;  m = beta1 m + (1 - beta1) g';
+//                                          v = beta2 v + (1 - beta2) g'^2;
 //                                          p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 //   AdamW(lr, beta1, beta2, eps, wd)       p *= 1 - lr wd (decoupled weight decay); then Adam's update with wd = 0
 //
@@ -138,50 +139,60 @@ void adam_update(const Parameter<Scalar>& p, Vector<Scalar>& m, Vector<Scalar>& 
 
 }  // namespace detail
 
-template <class Scalar>
-class Adam : public detail::Optimizer<Scalar> {
- public:
-  Adam(std::vector<Parameter<Scalar>> params, Scalar lr = Scalar(1e-3), Scalar beta1 = Scalar(0.9),
-       Scalar beta2 = Scalar(0.999), Scalar eps = Scalar(1e-8), Scalar weight_decay = 0)
-      : detail::Optimizer<Scalar>(std::move(params), "Adam", 2),
-        lr_(this->checked(lr, 0, "lr", "Adam")),
-        beta1_(this->checked(beta1, 0, "beta1", "Adam", true)),
-        beta2_(this->checked(beta2, 0, "beta2", "Adam", true)),
-        eps_(this->checked(eps, 0, "eps", "Adam")),
-        weight_decay_(this->checked(weight_decay, 0, "weight_decay", "Adam")) {}
+namespace detail {
 
-  void step() {
+// Adam's and AdamW's hyperparameters, checked, and their two state buffers (m, v); `name` names the optimizer.
+template <class Scalar>
+class AdamFamily : public Optimizer<Scalar> {
+ protected:
+  AdamFamily(std::vector<Parameter<Scalar>> params, const char* name, Scalar lr, Scalar beta1, Scalar beta2,
+             Scalar eps, Scalar weight_decay)
+      : Optimizer<Scalar>(std::move(params), name, 2),
+        lr_(this->checked(lr, 0, "lr", name)),
+        beta1_(this->checked(beta1, 0, "beta1", name, true)),
+        beta2_(this->checked(beta2, 0, "beta2", name, true)),
+        eps_(this->checked(eps, 0, "eps", name)),
+        weight_decay_(this->checked(weight_decay, 0, "weight_decay", name)) {}
+
+  // Adam's update of every parameter, after `before(p)` (AdamW's decay); l2: Adam's weight decay, 0 for AdamW.
+  template <class Before>
+  void step_adam(double l2, Before&& before) {
     this->step_each([&](const Parameter<Scalar>& p, std::size_t i, long long t) {
-      detail::adam_update(p, this->state(0, i), this->state(1, i), t, lr_, beta1_, beta2_, eps_, weight_decay_);
+      before(p);
+      adam_update(p, this->state(0, i), this->state(1, i), t, lr_, beta1_, beta2_, eps_, l2);
     });
   }
 
- private:
   double lr_, beta1_, beta2_, eps_, weight_decay_;
 };
 
+}  // namespace detail
+
 template <class Scalar>
-class AdamW : public detail::Optimizer<Scalar> {
+class Adam : public detail::AdamFamily<Scalar> {
+ public:
+  Adam(std::vector<Parameter<Scalar>> params, Scalar lr = Scalar(1e-3), Scalar beta1 = Scalar(0.9),
+       Scalar beta2 = Scalar(0.999), Scalar eps = Scalar(1e-8), Scalar weight_decay = 0)
+      : detail::AdamFamily<Scalar>(std::move(params), "Adam", lr, beta1, beta2, eps, weight_decay) {}
+
+  void step() {
+    this->step_adam(this->weight_decay_, [](const Parameter<Scalar>&) {});
+  }
+};
+
+template <class Scalar>
+class AdamW : public detail::AdamFamily<Scalar> {
  public:
   AdamW(std::vector<Parameter<Scalar>> params, Scalar lr = Scalar(1e-3), Scalar beta1 = Scalar(0.9),
         Scalar beta2 = Scalar(0.999), Scalar eps = Scalar(1e-8), Scalar weight_decay = Scalar(1e-2))
-      : detail::Optimizer<Scalar>(std::move(params), "AdamW", 2),
-        lr_(this->checked(lr, 0, "lr", "AdamW")),
-        beta1_(this->checked(beta1, 0, "beta1", "AdamW", true)),
-        beta2_(this->checked(beta2, 0, "beta2", "AdamW", true)),
-        eps_(this->checked(eps, 0, "eps", "AdamW")),
-        weight_decay_(this->checked(weight_decay, 0, "weight_decay", "AdamW")) {}
+      : detail::AdamFamily<Scalar>(std::move(params), "AdamW", lr, beta1, beta2, eps, weight_decay) {}
 
   void step() {
-    const Scalar keep = static_cast<Scalar>(1 - lr_ * weight_decay_);
-    this->step_each([&](const Parameter<Scalar>& p, std::size_t i, long long t) {
+    const Scalar keep = static_cast<Scalar>(1 - this->lr_ * this->weight_decay_);
+    this->step_adam(0.0, [&](const Parameter<Scalar>& p) {
       for (Index j = 0; j < p.size; ++j) p.value[j] = p.value[j] * keep;
-      detail::adam_update(p, this->state(0, i), this->state(1, i), t, lr_, beta1_, beta2_, eps_, 0.0);
     });
   }
-
- private:
-  double lr_, beta1_, beta2_, eps_, weight_decay_;
 };
 
 }  // namespace ATTEND_ABI

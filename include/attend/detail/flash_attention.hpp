@@ -90,12 +90,13 @@ void flash_attention_heads(const Heads<const Scalar>& Q, const Heads<const Scala
   // Head-major copies (see FlashBuffers): K^T always; V's when a head's value rows, spread over more than 1 MiB, are
   // read again by later query blocks, or whenever the row kernel could not read them in whole packets in place.
   const double value_span = static_cast<double>(num_keys) * static_cast<double>(V.row_stride) * sizeof(Scalar);
-  const bool copy_values = (V.row_stride > dv && query_blocks * group > 1 && value_span > tuning::flash_value_copy_span) ||
-                           dv % row_packet_size<Scalar> != 0;
+  const bool spread = V.row_stride > dv && value_span > tuning::flash_value_copy_span;
+  const bool copy_values = (spread && query_blocks * group > 1) || dv % row_packet_size<Scalar> != 0;
   // Sized before the parallel region, so that running out of memory throws instead of ending the program there.
   const Index panels = (num_keys + blocks.key_rows - 1) / blocks.key_rows;
   const Index panel_width = padded_to_packets<Scalar>(blocks.key_rows), panel_size = d * panel_width;
-  buffers.KT.resize(kv_pairs * panels * d, panel_width);  // panel t of kv_pair p: panel_size elements from (p panels + t)
+  // Panel t of kv_pair p: panel_size elements from (p panels + t) panel_size.
+  buffers.KT.resize(kv_pairs * panels * d, panel_width);
   const Index padded_dv = padded_to_packets<Scalar>(dv);
   if (copy_values) {
     buffers.V.resize(kv_pairs * num_keys, padded_dv);

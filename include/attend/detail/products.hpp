@@ -2,7 +2,6 @@
 // (detail/kernels/products-inl.hpp):
 //   times(A, B)             C = A B          A (m, k), B (k, n)
 //   transposed_times(A, B)  C (+)= A^T B     A (k, m), B (k, n)     (through a copy of A^T)
-//   times_transposed(A, B)  C = A B^T        A (m, k), B (n, k)     (through a copy of B^T)
 // Every element of C is one multiply-add chain over k in order, and rows of C go in fixed chunks shared among the
 // threads: the same bits whatever the number of threads. All matrices row-major with contiguous rows.
 #pragma once
@@ -49,22 +48,6 @@ void transposed_times(bool accumulate, const Eigen::Ref<const Matrix<Scalar>>& A
   Matrix<Scalar> At(A.cols(), A.rows());  // (m, k)
   kernels<Scalar>().transpose_into(A.data(), A.outerStride(), A.rows(), A.cols(), At.data(), At.cols());
   times(accumulate, At.data(), At.cols(), At.rows(), At.cols(), B.data(), B.outerStride(), B.cols(), C.data(),
-        C.outerStride());
-}
-
-// C (m, n) = A B^T: A (m, k), B (n, k), C (m, n).
-template <class Scalar>
-void times_transposed(const Eigen::Ref<const Matrix<Scalar>>& A, const Eigen::Ref<const Matrix<Scalar>>& B,
-                      Eigen::Ref<Matrix<Scalar>> C) {
-  eigen_assert(A.cols() == B.cols() && C.rows() == A.rows() && C.cols() == B.rows());
-  if (C.size() == 0) return;
-  if (A.cols() == 0) {
-    C.setZero();
-    return;
-  }
-  Matrix<Scalar> Bt(B.cols(), B.rows());  // (k, n)
-  kernels<Scalar>().transpose_into(B.data(), B.outerStride(), B.rows(), B.cols(), Bt.data(), Bt.cols());
-  times(false, A.data(), A.outerStride(), A.rows(), A.cols(), Bt.data(), Bt.cols(), Bt.cols(), C.data(),
         C.outerStride());
 }
 
