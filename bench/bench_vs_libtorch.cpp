@@ -546,8 +546,8 @@ class Attention {
 
   // The path AttentionPath::automatic takes on this shape.
   const char* automatic_path() const {
-    const bool tiled = attend::detail::takes_tiled_path<float>(attend::AttentionPath::automatic, false,
-                                                               s_.batch * s_.heads * s_.n * s_.n);
+    const bool tiled =
+        attend::detail::takes_tiled_path<float>(attend::AttentionPath::automatic, s_.batch * s_.heads * s_.n * s_.n);
     return tiled ? "tiled" : "direct";
   }
 

@@ -7,6 +7,7 @@
 #include <support/matchers.hpp>
 #include <support/random_tensor.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -117,11 +118,20 @@ TEMPLATE_TEST_CASE("The automatic path keeps the weights of small calls and form
   attention.set_path(AttentionPath::direct);
   REQUIRE_THAT(attention(large, large, large), attend_test::Near(tiled, path_tolerance<TestType>()));
   REQUIRE(attention.attention_weights().dimension(1) == 512);
-  // Training mode with dropout needs the weights: direct even when tiled is asked for.
+  // Training with dropout takes the tiled path too, and it drops the weights the direct path drops for the same seed
+  // (detail/attention_dropout.hpp).
   attend::MultiHeadAttention<TestType> dropping(16, 16, 16, 16, 2, TestType(0.5));
   dropping.set_path(AttentionPath::tiled);
-  dropping(small, small, small);
+  dropping.generator().seed(7);
+  const Tensor3<TestType> tiled_dropped = dropping(small, small, small, ValidLens{3, 2});
+  REQUIRE(dropping.last_call_tiled());
+  dropping.set_path(AttentionPath::direct);
+  dropping.generator().seed(7);
+  REQUIRE_THAT(dropping(small, small, small, ValidLens{3, 2}),
+               attend_test::Near(tiled_dropped, path_tolerance<TestType>()));
   REQUIRE(dropping.attention_weights().dimension(0) == 4);
+  const Tensor3<TestType> evaluated = dropping.forward(small, small, small, ValidLens{3, 2});
+  REQUIRE_FALSE(std::equal(evaluated.data(), evaluated.data() + evaluated.size(), tiled_dropped.data()));
 }
 
 TEMPLATE_TEST_CASE("set_path rejects a value outside the enumeration", "[attention_path]", float, double) {

@@ -1,6 +1,8 @@
 // Dropout: attend::dropout (torch.nn.Dropout in training mode: zero with probability p, scale the rest by
 // 1 / (1 - p)) and the dropout inside the modules (on the attention weights, after they are kept; off in eval()).
 #include <attend/additive_attention.hpp>
+#include <attend/detail/attention_dropout.hpp>
+#include <attend/detail/philox.hpp>
 #include <attend/dot_product_attention.hpp>
 #include <attend/dropout.hpp>
 #include <attend/multi_head_attention.hpp>
@@ -180,6 +182,51 @@ TEMPLATE_TEST_CASE("dropout rejects p outside [0, 1] and NaN, naming dropout and
   const TestType inf = std::numeric_limits<TestType>::infinity();
   REQUIRE_THROWS_WITH(attend::dropout(X, inf, generator),
                       Contains("dropout") && Contains("inf", Catch::CaseSensitive::No));
+}
+
+// ---- the attention weights' mask: Philox-4x32-10 ------------------------------------------------------------------
+
+TEST_CASE("philox4x32_10 gives the published known-answer vectors", "[dropout][philox]") {
+  // Random123's kat_vectors for philox4x32 with 10 rounds (Salmon et al., SC 2011): counter, key -> output.
+  using attend::detail::philox4x32_10;
+  using Words = attend::detail::PhiloxWords;
+  CHECK(philox4x32_10({0, 0, 0, 0}, {0, 0}) == Words{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u});
+  CHECK(philox4x32_10({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu}) ==
+        Words{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu});
+  CHECK(philox4x32_10({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u}) ==
+        Words{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u});
+}
+
+TEMPLATE_TEST_CASE("the attention dropout mask: a pure function of its place, dropping a fraction p",
+                   "[dropout][philox]", float, double) {
+  const attend::detail::AttentionDropout dropout(0.3, 0x1234567890abcdefULL);
+  const Index queries = 64, keys = 203;
+  std::vector<TestType> row(static_cast<std::size_t>(keys));
+  Index dropped = 0;
+  for (Index pair = 0; pair < 3; ++pair)
+    for (Index q = 0; q < queries; ++q) {
+      std::fill(row.begin(), row.end(), TestType(1));
+      dropout.apply(row.data(), keys, pair, q, 0);
+      for (Index k = 0; k < keys; ++k) {
+        const TestType x = row[static_cast<std::size_t>(k)];
+        REQUIRE((x == TestType(0)) == dropout.dropped(pair, q, k));  // entry by entry, the same decision
+        REQUIRE((x == TestType(0) || x == TestType(1) / (TestType(1) - TestType(0.3))));
+        dropped += x == TestType(0);
+      }
+      // Any part of a row, from any key on (a block of the tiled path), gets the same factors.
+      std::vector<TestType> part(static_cast<std::size_t>(keys - 37), TestType(1));
+      dropout.apply(part.data(), keys - 37, pair, q, 37);
+      for (Index k = 37; k < keys; ++k) REQUIRE(part[static_cast<std::size_t>(k - 37)] == row[static_cast<std::size_t>(k)]);
+    }
+  // 38976 draws: the fraction within 5 standard deviations (0.0023) of p.
+  const double fraction = static_cast<double>(dropped) / static_cast<double>(3 * queries * keys);
+  CHECK(std::abs(fraction - 0.3) < 0.012);
+  // p = 0 drops nothing and p = 1 everything.
+  std::fill(row.begin(), row.end(), TestType(2));
+  attend::detail::AttentionDropout(0.0, 5).apply(row.data(), keys, 0, 0, 0);
+  for (TestType x : row) REQUIRE(x == TestType(2));
+  attend::detail::AttentionDropout(1.0, 5).apply(row.data(), keys, 0, 0, 0);
+  for (TestType x : row) REQUIRE(x == TestType(0));
 }
 
 // ---- DotProductAttention --------------------------------------------------------------------------------------

@@ -88,8 +88,7 @@ Matrix<Scalar> direct(const Inputs<Scalar>& in, const Shape& s, const Mask& mask
   attend::detail::scaled_dot_product_heads<Scalar>(heads_of(in.Q, s.batch, s.num_queries, s.num_heads),
                                                    heads_of(in.K, s.batch, s.num_keys, s.num_heads),
                                                    heads_of(in.V, s.batch, s.num_keys, s.num_heads), mask, weights,
-                                                   heads_of(output, s.batch, s.num_queries, s.num_heads), Scalar(0),
-                                                   nullptr);
+                                                   heads_of(output, s.batch, s.num_queries, s.num_heads));
   return output;
 }
 
@@ -459,7 +458,7 @@ TEMPLATE_TEST_CASE("both paths read heads through a view: grouped key/value head
     Matrix<TestType> output = Matrix<TestType>::Constant(Q.rows(), s.num_heads * dv, nan);  // (batch * q, heads * dv)
     const auto out = heads_of(output, s.batch, s.num_queries, s.num_heads);
     Tensor3<TestType> weights;
-    attend::detail::scaled_dot_product_heads<TestType>(Qh, kv[0], kv[1], mask, weights, out, TestType(0), nullptr);
+    attend::detail::scaled_dot_product_heads<TestType>(Qh, kv[0], kv[1], mask, weights, out);
     REQUIRE_THAT(output, attend_test::Near(expected_direct, exact<TestType>()));
     output.setConstant(nan);
     attend::detail::flash_attention_heads<TestType>(Qh, kv[0], kv[1], mask, out, {8, 8});

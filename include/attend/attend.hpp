@@ -2,6 +2,7 @@
 #pragma once
 
 #include <attend/additive_attention.hpp>
+#include <attend/attention_gradients.hpp>
 #include <attend/attention_path.hpp>
 #include <attend/complexity.hpp>
 #include <attend/conv1d.hpp>

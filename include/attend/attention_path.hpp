@@ -3,11 +3,12 @@
 //   direct  the seed's computation: the (batch * heads, queries, keys) scores, a masked softmax over each row, then
 //           weights @ values. It keeps the weights (attention_weights()) and applies dropout to them in training.
 //   tiled   the online-softmax kernel of detail/flash_attention.hpp: blocks of keys streamed past blocks of queries,
-//           memory O(queries + keys) per thread instead of O(queries * keys), no weights formed. Evaluation only:
-//           with dropout active (training mode, p > 0) a module takes the direct path, which dropout needs.
+//           memory O(queries + keys) per thread instead of O(queries * keys), no weights formed; its backward pass
+//           recomputes them block by block (detail/flash_backward.hpp). Dropout draws the same mask on both paths
+//           (detail/attention_dropout.hpp).
 //   automatic (the default) tiled when the weights of the whole call would take more than direct_weights_budget
-//           bytes (a core's L2 cache here) and dropout is not active; direct otherwise. Small calls, the seed's
-//           among them, keep their weights; large ones neither store nor compute an n^2 tensor.
+//           bytes (a core's L2 cache here), in evaluation and training alike; direct otherwise. Small calls, the
+//           seed's among them, keep their weights; large ones neither store nor compute an n^2 tensor.
 //
 // After a call that took the tiled path, a module's attention_weights() throws std::logic_error (there are none);
 // set_path(AttentionPath::direct) keeps them at any size. Both paths agree to rounding (tests/test_flash_attention.cpp,
@@ -43,8 +44,7 @@ constexpr double direct_weights_budget = tuning::direct_path_bytes;
 
 // True when a call should run the tiled kernel. weights: the number of elements the direct path would form.
 template <class Scalar>
-bool takes_tiled_path(AttentionPath path, bool dropout_active, Index weights) {
-  if (dropout_active) return false;
+bool takes_tiled_path(AttentionPath path, Index weights) {
   switch (path) {
     case AttentionPath::direct: return false;
     case AttentionPath::tiled: return true;

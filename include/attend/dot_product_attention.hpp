@@ -7,24 +7,30 @@
 //
 // Two paths (attention_path.hpp): the direct one above, which keeps the weights, and a tiled online-softmax kernel
 // that forms none, taken automatically in evaluation mode when the weights would not fit the cache budget;
-// set_path() chooses explicitly. forward() is the const, reentrant evaluation-mode pass: any number of threads may
+// set_path() chooses explicitly. Training: operator() records its inputs for backward(grad_output), which returns
+// the gradients of queries, keys and values (detail/attention_backward.hpp); there are no parameters. forward() is the const, reentrant evaluation-mode pass: any number of threads may
 // call it at once on one module, as long as none modifies the module meanwhile.
 #pragma once
 
 #include <attend/config.hpp>
 
+#include <attend/attention_gradients.hpp>
 #include <attend/attention_path.hpp>
+#include <attend/detail/attention_backward.hpp>
 #include <attend/detail/attend_rows.hpp>
 #include <attend/detail/attention_path_module.hpp>
 #include <attend/detail/flash_attention.hpp>
 #include <attend/detail/heads.hpp>
 #include <attend/mask.hpp>
 #include <attend/module.hpp>
+#include <attend/parameter.hpp>
 #include <attend/random.hpp>
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <attend/valid_lens.hpp>
 #include <attend/workspace.hpp>
+
+#include <vector>
 
 namespace attend {
 inline namespace ATTEND_ABI {
@@ -54,6 +60,16 @@ class DotProductAttention : public detail::AttentionPathModule<DotProductAttenti
   // attention_path.hpp. set_path throws std::invalid_argument on a value outside the enum.
   using Base::path;
   using Base::set_path;
+
+  // backward(grad_output): grad_output (batch, q, v), the gradient of the last operator() call's output ->
+  // AttentionGradients {queries (batch, q, d), keys (batch, k, d), values (batch, k, v)}, on the path that call took,
+  // with the dropout mask it drew. Throws std::logic_error when no call was recorded, std::invalid_argument for a
+  // grad_output of another shape.
+  using Base::backward;
+
+  // No parameter: nothing to zero, an empty list.
+  void zero_grad() {}
+  std::vector<Parameter<Scalar>> parameters() { return {}; }
 
   // attention_weights(): (batch, q, k) of the last call, before dropout. Empty before the first call; throws
   // std::logic_error after a call that took the tiled path, which forms none.
@@ -101,11 +117,15 @@ class DotProductAttention : public detail::AttentionPathModule<DotProductAttenti
     return queries.dimension(0) * queries.dimension(1) * keys.dimension(1);
   }
 
+  Index output_features(const Tensor3<Scalar>& values) const { return values.dimension(2); }
+  void check_backward(const char*) const {}  // no parameter to check
+
   // The forward pass on checked arguments. weights: where the direct path keeps them, or null (the workspace's are
-  // used); generator: dropout's, or null; tiled: the path.
+  // used); tiled: the path; record: where to keep the output and the tiled path's log-sum-exp, or null.
   Tensor3<Scalar> run(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-                      const Mask& mask, AttentionWorkspace<Scalar>& ws, Tensor3<Scalar>* weights, Generator* generator,
-                      bool tiled) const {
+                      const Mask& mask, AttentionWorkspace<Scalar>& ws, Tensor3<Scalar>* weights,
+                      const detail::AttentionDropout& dropout, bool tiled,
+                      detail::AttentionRecord<Scalar>* record) const {
     const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
     Tensor3<Scalar> output(batch, num_queries, values.dimension(2));  // (batch, q, v)
     // One head per batch row: (batch, steps) steps of one head of features.
@@ -114,12 +134,31 @@ class DotProductAttention : public detail::AttentionPathModule<DotProductAttenti
     const auto V = detail::heads_of(detail::as_matrix(values), batch, num_keys, 1);
     const auto out = detail::heads_of(detail::as_matrix(output), batch, num_queries, 1);
     if (tiled) {
-      detail::flash_attention_heads<Scalar>(Q, K, V, mask, out, ws.tiles);
+      Vector<Scalar>* lse = record != nullptr ? &record->lse : nullptr;
+      detail::flash_attention_heads<Scalar>(Q, K, V, mask, out, ws.tiles, detail::flash_blocks<Scalar>(), dropout,
+                                            lse);
+      if (record != nullptr) record->heads = detail::as_matrix(output);
     } else {
       detail::scaled_dot_product_heads<Scalar>(Q, K, V, mask, weights != nullptr ? *weights : ws.weights, out,
-                                               dropout_, generator);
+                                               dropout);
     }
     return output;
+  }
+
+  AttentionGradients<Scalar> backward_pass(const detail::AttentionRecord<Scalar>& r, const Tensor3<Scalar>* weights,
+                                           const Tensor3<Scalar>& grad_output) const {
+    const Tensor3<Scalar>&queries = r.queries, &keys = r.keys_in(), &values = r.values_in();
+    const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
+    AttentionGradients<Scalar> g{Tensor3<Scalar>(queries.dimensions()), Tensor3<Scalar>(keys.dimensions()),
+                                 Tensor3<Scalar>(values.dimensions())};
+    // One head per batch row, read-only for a const tensor.
+    const auto heads = [&](auto& X, Index length) { return detail::heads_of(detail::as_matrix(X), batch, length, 1); };
+    const Matrix<Scalar>& O = r.heads;  // tiled only: (batch * q, v)
+    detail::attention_heads_backward<Scalar>(
+        heads(queries, num_queries), heads(keys, num_keys), heads(values, num_keys), r.mask, r.dropout, weights,
+        detail::heads_of(O, batch, num_queries, 1), r.lse, heads(grad_output, num_queries),
+        heads(g.queries, num_queries), heads(g.keys, num_keys), heads(g.values, num_keys));
+    return g;
   }
 
   Scalar dropout_;

@@ -176,8 +176,8 @@ class Linear : public Module {
  private:
   template <class Self, class Visit>
   static void visit_with_gradients_of(Self& self, Visit& visit) {
-    visit("weight", self.weight_, self.weight_grad_, {self.out_features_, self.in_features_});
-    if (self.has_bias_) visit("bias", self.bias_, self.bias_grad_, {self.out_features_});
+    visit("weight", self.weight_, self.weight_grad_, std::vector<Index>{self.out_features_, self.in_features_});
+    if (self.has_bias_) visit("bias", self.bias_, self.bias_grad_, std::vector<Index>{self.out_features_});
   }
 
   Index in_features_;

@@ -10,6 +10,7 @@
 #include <attend/config.hpp>
 
 #include <attend/detail/kernels.hpp>
+#include <attend/detail/mask_row.hpp>
 #include <attend/mask.hpp>
 #include <attend/tensor.hpp>
 #include <attend/valid_lens.hpp>
@@ -67,9 +68,9 @@ Tensor3<Scalar> masked_softmax(const Tensor3<Scalar>& X, const Mask& mask = {}) 
 }
 
 // The gradient of masked_softmax: Y = masked_softmax(X, mask), dY = dL/dY -> dX = dL/dX, all (batch, queries, keys).
-// In a row, with s = sum_k Y_k dY_k over all its keys, dX_j = Y_j (dY_j - s) for a key j the row sees and 0 for a
-// masked one: its score was replaced (by -1e6) before the softmax, so it does not depend on X at all. A query that
-// sees no key gets a zero row, whatever the mask's FullyMasked rule. Y must be what masked_softmax(X, mask) gave.
+// In a row, with s = sum_k Y_k dY_k, dX_j = Y_j (dY_j - s) for a key j the row sees and 0 for a masked one: its score
+// was replaced (by -1e6) before the softmax, so it does not depend on X at all. A query that sees no key gets a zero
+// row, whatever the mask's FullyMasked rule (detail/mask_row.hpp). Y must be what masked_softmax(X, mask) gave.
 template <class Scalar>
 Tensor3<Scalar> masked_softmax_backward(const Tensor3<Scalar>& Y, const Tensor3<Scalar>& dY, const Mask& mask = {}) {
   constexpr const char* where = "masked_softmax_backward";
@@ -77,16 +78,11 @@ Tensor3<Scalar> masked_softmax_backward(const Tensor3<Scalar>& Y, const Tensor3<
   detail::require_shape(dY, {batch, num_queries, num_keys}, where, "grad_Y", "(Y's shape: batch, queries, keys)");
   mask.require_shape(batch, num_queries, num_keys, where);
   Tensor3<Scalar> dX(batch, num_queries, num_keys);  // (batch, queries, keys)
-  dX.setZero();
   for (Index b = 0; b < batch; ++b)
     for (Index q = 0; q < num_queries; ++q) {
       const Index row = (b * num_queries + q) * num_keys;
-      const Scalar* y = Y.data() + row;    // (keys)
-      const Scalar* dy = dY.data() + row;  // (keys)
-      Scalar* dx = dX.data() + row;        // (keys)
-      Scalar s = Scalar(0);
-      for (Index k = 0; k < num_keys; ++k) s += y[k] * dy[k];
-      mask.visible_keys(b, q, num_queries, num_keys).for_each([&](Index j) { dx[j] = y[j] * (dy[j] - s); });
+      detail::softmax_backward_row(Y.data() + row, dY.data() + row, dX.data() + row, num_keys,
+                                   mask.visible_keys(b, q, num_queries, num_keys));
     }
   return dX;
 }

@@ -17,6 +17,10 @@
 // the const, reentrant evaluation-mode pass: any number of threads may call it at once on one module, as long as
 // none modifies the module meanwhile (operator(), train(), eval(), set_path(), weight(), load_state_dict()).
 //
+// Training: operator() records its inputs, projections and heads for backward(grad_output), which returns the
+// gradients of queries, keys and values and adds those of the four Linear layers into their weight_grad() and
+// bias_grad(), on the path the call took (detail/attention_backward.hpp).
+//
 // state_dict() uses d2l's names: W_q.weight, W_q.bias (when bias is on), W_k.*, W_v.*, W_o.*. A PyTorch
 // nn.MultiheadAttention's state dict, whose names differ, converts with multi_head_attention_from_torch
 // (from_torch.hpp).
@@ -24,7 +28,9 @@
 
 #include <attend/config.hpp>
 
+#include <attend/attention_gradients.hpp>
 #include <attend/attention_path.hpp>
+#include <attend/detail/attention_backward.hpp>
 #include <attend/detail/attend_rows.hpp>
 #include <attend/detail/attention_path_module.hpp>
 #include <attend/detail/flash_attention.hpp>
@@ -33,11 +39,15 @@
 #include <attend/linear.hpp>
 #include <attend/mask.hpp>
 #include <attend/module.hpp>
+#include <attend/parameter.hpp>
 #include <attend/random.hpp>
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <attend/valid_lens.hpp>
 #include <attend/workspace.hpp>
+
+#include <string>
+#include <vector>
 
 namespace attend {
 inline namespace ATTEND_ABI {
@@ -78,6 +88,19 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
   using Base::path;
   using Base::set_path;
 
+  // backward(grad_output): grad_output (batch, q, num_hiddens), the gradient of the last operator() call's output ->
+  // AttentionGradients {queries, keys, values} of that call's shapes; adds the gradients of W_q, W_k, W_v and W_o
+  // (W_q().weight_grad(), W_q().bias_grad(), ...). Throws std::logic_error when no call was recorded,
+  // std::invalid_argument for a grad_output of another shape or a parameter or gradient resized; a call that throws
+  // changes nothing.
+  using Base::backward;
+
+  // Every parameter's gradient to 0; the parameters with their gradients, in state_dict() order.
+  void zero_grad() { detail::zero_grad_of(*this); }
+  std::vector<Parameter<Scalar>> parameters() {
+    return detail::parameters_of<Scalar>(*this, "MultiHeadAttention::parameters");
+  }
+
   Linear<Scalar>& W_q() { return W_q_; }  // (num_hiddens, query_size)
   Linear<Scalar>& W_k() { return W_k_; }  // (num_hiddens, key_size)
   Linear<Scalar>& W_v() { return W_v_; }  // (num_hiddens, value_size)
@@ -110,6 +133,14 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
   void visit_parameters(Visit&& visit) const {
     visit_parameters_of(*this, visit);
   }
+  // The same with each parameter's gradient: visit(name, parameter, gradient, shape).
+  template <class Visit>
+  void visit_with_gradients(Visit&& visit) {
+    W_q_.visit_with_gradients(detail::prefixed("W_q.", visit));
+    W_k_.visit_with_gradients(detail::prefixed("W_k.", visit));
+    W_v_.visit_with_gradients(detail::prefixed("W_v.", visit));
+    W_o_.visit_with_gradients(detail::prefixed("W_o.", visit));
+  }
 
  private:
   // The names in its messages.
@@ -118,10 +149,7 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
 
   void check(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
              const Mask& mask, const char* where) const {
-    W_q_.require_parameters("MultiHeadAttention W_q");
-    W_k_.require_parameters("MultiHeadAttention W_k");
-    W_v_.require_parameters("MultiHeadAttention W_v");
-    W_o_.require_parameters("MultiHeadAttention W_o");
+    check_parameters(where);
     detail::require_dim(queries, 2, W_q_.in_features(), where, "queries", "features (query_size)");
     detail::require_dim(keys, 2, W_k_.in_features(), where, "keys", "features (key_size)");
     detail::require_dim(values, 2, W_v_.in_features(), where, "values", "features (value_size)");
@@ -136,11 +164,31 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
     return queries.dimension(0) * num_heads_ * queries.dimension(1) * keys.dimension(1);
   }
 
+  Index output_features(const Tensor3<Scalar>&) const { return W_o_.out_features(); }
+
+  void check_backward(const char* where) const {
+    check_parameters(where);
+    W_q_.require_gradients(where);
+    W_k_.require_gradients(where);
+    W_v_.require_gradients(where);
+    W_o_.require_gradients(where);
+  }
+
+  void check_parameters(const char* where) const {
+    const std::string prefix(where);
+    W_q_.require_parameters((prefix + " W_q").c_str());
+    W_k_.require_parameters((prefix + " W_k").c_str());
+    W_v_.require_parameters((prefix + " W_v").c_str());
+    W_o_.require_parameters((prefix + " W_o").c_str());
+  }
+
   // The forward pass on checked arguments. weights: where the direct path keeps them, or null (the workspace's are
-  // used); generator: dropout's, or null; tiled: the path.
+  // used); tiled: the path; record: where to keep the projections, the heads and the tiled path's log-sum-exp, or
+  // null.
   Tensor3<Scalar> run(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-                      const Mask& mask, AttentionWorkspace<Scalar>& ws, Tensor3<Scalar>* weights, Generator* generator,
-                      bool tiled) const {
+                      const Mask& mask, AttentionWorkspace<Scalar>& ws, Tensor3<Scalar>* weights,
+                      const detail::AttentionDropout& dropout, bool tiled,
+                      detail::AttentionRecord<Scalar>* record) const {
     const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
     const Index num_hiddens = W_o_.out_features();
     ws.Q.resize(batch * num_queries, num_hiddens);  // (batch * q, num_hiddens)
@@ -165,15 +213,46 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
     const auto Vh = detail::heads_of(V, batch, num_keys, num_heads_);     // (batch, k) steps of h heads of d
     const auto out = detail::heads_of(ws.heads, batch, num_queries, num_heads_);
     if (tiled) {
-      detail::flash_attention_heads<Scalar>(Qh, Kh, Vh, mask, out, ws.tiles);
+      detail::flash_attention_heads<Scalar>(Qh, Kh, Vh, mask, out, ws.tiles, detail::flash_blocks<Scalar>(), dropout,
+                                            record != nullptr ? &record->lse : nullptr);
     } else {
       detail::scaled_dot_product_heads<Scalar>(Qh, Kh, Vh, mask, weights != nullptr ? *weights : ws.weights, out,
-                                               dropout_, generator);
+                                               dropout);
     }
 
     Tensor3<Scalar> output(batch, num_queries, num_hiddens);  // (batch, q, num_hiddens)
     detail::project_rows<Scalar>(ws.heads, {detail::projection(W_o_.weight(), W_o_.bias(), output.data(), &ws.W_o)});
+    if (record != nullptr) {
+      record->Q = ws.Q;
+      record->K = ws.K;
+      record->V = ws.V;
+      record->heads = ws.heads;
+    }
     return output;
+  }
+
+  // The backward pass of a recorded call: W_o, the heads (on that call's path), then W_q, W_k, W_v.
+  AttentionGradients<Scalar> backward_pass(const detail::AttentionRecord<Scalar>& r, const Tensor3<Scalar>* weights,
+                                           const Tensor3<Scalar>& grad_output) {
+    const Tensor3<Scalar>&queries = r.queries, &keys = r.keys_in(), &values = r.values_in();
+    const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
+    const Index num_hiddens = W_o_.out_features();
+    Matrix<Scalar> d_heads(batch * num_queries, num_hiddens);  // (batch * q, num_hiddens): dL/d(concatenated heads)
+    W_o_.backward_rows(r.heads, detail::as_matrix(grad_output), d_heads.data());
+    Matrix<Scalar> dQ(batch * num_queries, num_hiddens), dK(batch * num_keys, num_hiddens),
+        dV(batch * num_keys, num_hiddens);  // dL/d(projections), as Q, K, V
+    const auto heads = [&](auto& X, Index length) { return detail::heads_of(X, batch, length, num_heads_); };
+    const Matrix<Scalar>& d_heads_in = d_heads;
+    detail::attention_heads_backward<Scalar>(heads(r.Q, num_queries), heads(r.K, num_keys), heads(r.V, num_keys),
+                                             r.mask, r.dropout, weights, heads(r.heads, num_queries), r.lse,
+                                             heads(d_heads_in, num_queries), heads(dQ, num_queries),
+                                             heads(dK, num_keys), heads(dV, num_keys));
+    AttentionGradients<Scalar> g{Tensor3<Scalar>(queries.dimensions()), Tensor3<Scalar>(keys.dimensions()),
+                                 Tensor3<Scalar>(values.dimensions())};
+    W_q_.backward_rows(detail::as_matrix(queries), dQ, g.queries.data());
+    W_k_.backward_rows(detail::as_matrix(keys), dK, g.keys.data());
+    W_v_.backward_rows(detail::as_matrix(values), dV, g.values.data());
+    return g;
   }
 
   template <class Self, class Visit>

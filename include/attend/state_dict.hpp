@@ -382,13 +382,13 @@ void assign(Tensor3<Scalar>& parameter, const NamedTensor<Scalar>& tensor, const
 }
 
 // A visitor that passes every parameter on to `visit` with `prefix` before its name: how a module lists the
-// parameters of the modules it holds ("W_q." + "weight").
+// parameters of the modules it holds ("W_q." + "weight"). The same for visit_with_gradients' visitors, which take
+// the gradient after the parameter.
 template <class Visit>
 auto prefixed(std::string prefix, Visit& visit) {
-  return
-      [prefix = std::move(prefix), &visit](const std::string& name, auto& parameter, const std::vector<Index>& shape) {
-        visit(prefix + name, parameter, shape);
-      };
+  return [prefix = std::move(prefix), &visit](const std::string& name, auto&&... parameter_and_shape) {
+    visit(prefix + name, std::forward<decltype(parameter_and_shape)>(parameter_and_shape)...);
+  };
 }
 
 // module.state_dict(): every parameter under its name. `where` names the caller in messages.

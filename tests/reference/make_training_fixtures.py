@@ -12,6 +12,10 @@ Cases:
   grad_masked_softmax_*  d2l's masked_softmax (sequence_mask writes -1e6 into the masked scores) and a boolean keep
                          mask, differentiated by autograd: X, grad_Y -> grad_X
   grad_linear            nn.Linear's backward: X, weight, bias, grad_output -> grad_X, weight.grad, bias.grad
+  grad_dot_product_*     d2l's DotProductAttention (eval mode) differentiated by autograd, with valid lengths and with
+                         a mask of every part (the -1e6 rule through DotProductAttentionKeep)
+  grad_mha_*             d2l's MultiHeadAttention (eval mode) likewise: the gradients of queries, keys, values and of
+                         every weight and bias; grad_mha_self passes one X as all three
   loss_mse               F.mse_loss (mean) and its gradient
   loss_cross_entropy_*   d2l's MaskedSoftmaxCELoss, then .mean() over the batch rows, and its gradient
   optim_*                three steps of torch.optim.SGD / Adam / AdamW on two parameters from given gradients
@@ -94,6 +98,103 @@ def linear_case():
                        ("grad_X", X.grad), ("weight_grad", layer.weight.grad), ("bias_grad", layer.bias.grad)])
 
 
+def grad_entries(name_tensor_pairs):
+    return [("grad_" + name, tensor.grad) for name, tensor in name_tensor_pairs]
+
+
+def dot_product_cases():
+    def case(name, seed, keys_count, valid_lens, causal, keep_shape):
+        torch.manual_seed(seed)
+        queries = torch.randn(2, 3, 4, requires_grad=True)
+        keys = torch.randn(2, keys_count, 4, requires_grad=True)
+        values = torch.randn(2, keys_count, 6, requires_grad=True)
+        keep = None if keep_shape is None else d2l.random_keep(keep_shape)
+        if causal or keep is not None:
+            combined = d2l.mask_combined(2, 3, keys_count, valid_lens, causal, keep)
+            attention = d2l.DotProductAttentionKeep(dropout=0.5, softmax=d2l.softmax_keep_d2l)
+            attention.eval()
+            output = attention(queries, keys, values, combined)
+            mask_entries = d2l.mask_entries(valid_lens, causal, keep, False, combined)
+            described = d2l.mask_text(valid_lens, causal, keep, False)
+        else:
+            attention = d2l.DotProductAttention(dropout=0.5)
+            attention.eval()
+            output = attention(queries, keys, values, valid_lens)
+            mask_entries = d2l.lens_entries(valid_lens)
+            described = d2l.lens_text(valid_lens)
+        grad_output = torch.randn(output.shape)
+        output.backward(grad_output)
+        inputs = [("queries", queries), ("keys", keys), ("values", values)]
+        d2l.write_fixture(name, "%s; d2l's DotProductAttention(0.5) in eval mode, queries randn(2, 3, 4), keys "
+                          "randn(2, %d, 4), values randn(2, %d, 6), %s, grad_output randn; the inputs' gradients by "
+                          "autograd" % (VERSION, keys_count, keys_count, described),
+                          inputs + mask_entries + [("output", output), ("grad_output", grad_output)]
+                          + grad_entries(inputs))
+
+    case("grad_dot_product_lens", 141, 5, torch.tensor([3, 0]), False, None)
+    case("grad_dot_product_mask", 142, 5, torch.tensor([[1, 4, 5], [0, 3, 2]]), True, (1, 3, 5))
+
+
+def mha_cases():
+    def parameter_entries(attention, bias):
+        entries = d2l.mha_entries(attention, bias)
+        for layer in ["W_q", "W_k", "W_v", "W_o"]:
+            linear = getattr(attention, layer)
+            entries.append(("%s.weight_grad" % layer, linear.weight.grad))
+            if bias:
+                entries.append(("%s.bias_grad" % layer, linear.bias.grad))
+        return entries
+
+    def case(name, seed, num_heads, bias, valid_lens, causal, keep_shape):
+        torch.manual_seed(seed)
+        attention = d2l.MultiHeadAttention(6, 5, 4, 12, num_heads, 0.5, bias=bias)
+        attention.eval()
+        queries = torch.randn(2, 3, 5, requires_grad=True)
+        keys = torch.randn(2, 7, 6, requires_grad=True)
+        values = torch.randn(2, 7, 4, requires_grad=True)
+        keep = None if keep_shape is None else d2l.random_keep(keep_shape)
+        if causal or keep is not None:
+            combined = d2l.mask_combined(2, 3, 7, valid_lens, causal, keep)
+            keep_attention = d2l.MultiHeadAttentionKeep(attention, d2l.softmax_keep_d2l)
+            keep_attention.eval()  # a new module starts in training mode, its dropout on
+            output = keep_attention(queries, keys, values, combined)
+            mask_entries = d2l.mask_entries(valid_lens, causal, keep, False, combined)
+            described = d2l.mask_text(valid_lens, causal, keep, False)
+        else:
+            output = attention(queries, keys, values, valid_lens)
+            mask_entries = d2l.lens_entries(valid_lens)
+            described = d2l.lens_text(valid_lens)
+        grad_output = torch.randn(output.shape)
+        output.backward(grad_output)
+        inputs = [("queries", queries), ("keys", keys), ("values", values)]
+        d2l.write_fixture(name, "%s; d2l's MultiHeadAttention(key_size=6, query_size=5, value_size=4, num_hiddens=12, "
+                          "num_heads=%d, dropout=0.5, bias=%s) in eval mode, queries randn(2, 3, 5), keys randn(2, 7, "
+                          "6), values randn(2, 7, 4), %s, grad_output randn; gradients by autograd"
+                          % (VERSION, num_heads, bias, described),
+                          [("num_heads", num_heads), ("bias", int(bias))] + inputs + mask_entries
+                          + parameter_entries(attention, bias) + [("output", output), ("grad_output", grad_output)]
+                          + grad_entries(inputs))
+
+    case("grad_mha_lens", 151, 3, True, torch.tensor([0, 5]), False, None)
+    case("grad_mha_mask", 152, 2, False, torch.tensor([[2, 7, 4], [7, 1, 6]]), True, (2, 3, 7))
+
+    torch.manual_seed(153)
+    attention = d2l.MultiHeadAttention(8, 8, 8, 8, 2, 0.5, bias=True)
+    attention.eval()
+    X = torch.randn(2, 4, 8, requires_grad=True)
+    valid_lens = torch.tensor([[1, 2, 3, 4], [4, 4, 2, 1]])
+    output = attention(X, X, X, valid_lens)
+    grad_output = torch.randn(output.shape)
+    output.backward(grad_output)
+    d2l.write_fixture("grad_mha_self", "%s; d2l's MultiHeadAttention(8, 8, 8, num_hiddens=8, num_heads=2, dropout=0.5, "
+                      "bias=True) in eval mode on self-attention: X randn(2, 4, 8) passed as queries, keys and "
+                      "values, %s, grad_output randn; gradients by autograd (grad_X: the sum over X's three uses)"
+                      % (VERSION, d2l.lens_text(valid_lens)),
+                      [("num_heads", 2), ("bias", 1), ("X", X)] + d2l.lens_entries(valid_lens)
+                      + parameter_entries(attention, True) + [("output", output), ("grad_output", grad_output),
+                                                             ("grad_X", X.grad)])
+
+
 def loss_cases():
     torch.manual_seed(121)
     prediction = torch.randn(2, 3, 4, requires_grad=True)
@@ -151,6 +252,8 @@ def main():
     os.makedirs(d2l.GOLDEN_DIR, exist_ok=True)
     masked_softmax_cases()
     linear_case()
+    dot_product_cases()
+    mha_cases()
     loss_cases()
     with torch.no_grad():
         optimizer_cases()

@@ -5,13 +5,15 @@
 //      (a query that sees no key gets the mask's FullyMasked rule: uniform weights, or a zero row and so a zero
 //      output row);
 //   2. output = dropout(weights) @ values — dropout only in training, on a copy, so the kept weights are
-//      those before dropout, as in d2l.
+//      those before dropout, as in d2l. scaled_dot_product_heads' dropout is detail/attention_dropout.hpp's, a pure
+//      function of (seed, pair, query, key) that its backward pass regenerates.
 // And scaled_dot_product_heads(), which runs this over every (batch row, head) of projected Q, K, V read in place
 // through a view of their heads (detail/heads.hpp).
 #pragma once
 
 #include <attend/config.hpp>
 
+#include <attend/detail/attention_dropout.hpp>
 #include <attend/detail/heads.hpp>
 #include <attend/detail/kernels.hpp>
 #include <attend/detail/tuning.hpp>
@@ -95,12 +97,13 @@ void attend_rows(Eigen::MatrixBase<Scores>& scores, const Mask& mask, Index b, c
 //   Q: (batch, num_queries) steps of Q.count heads of d    K: (batch, num_keys) steps of K.count heads of d
 //   V: (batch, num_keys) steps of K.count heads of dv       output: as Q, with heads of dv
 //   weights: (batch * Q.count, num_queries, num_keys), filled; row b * Q.count + h is head h of batch row b.
+//   dropout: on the weights that multiply the values (those kept are before it), its pair b * Q.count + h.
 // Query head h reads key/value head h / (Q.count / K.count). The mask is indexed by batch row (shape checked by the
 // caller); each head reuses its batch row's mask, as d2l's repeat_interleave does for valid lengths.
 template <class Scalar>
 void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K, const Heads<const Scalar>& V,
-                              const Mask& mask, Tensor3<Scalar>& weights, const Heads<Scalar>& output, Scalar dropout,
-                              Generator* generator) {
+                              const Mask& mask, Tensor3<Scalar>& weights, const Heads<Scalar>& output,
+                              const AttentionDropout& dropout = {}) {
   eigen_assert(K.count >= 1 && Q.count % K.count == 0 && V.count == K.count && output.count == Q.count);
   eigen_assert(Q.batch == K.batch && V.batch == K.batch && output.batch == Q.batch && V.length == K.length);
   eigen_assert(Q.dim == K.dim && output.dim == V.dim && output.length == Q.length);
@@ -116,13 +119,17 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
   }
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
   // Heads above tuning::tiny_product: the scores on the row kernel, Q_h times K_h^T, from a copy of K_h^T (d, keys
-  // padded to whole packets) in a buffer of each thread, allocated here (no allocation inside the parallel region).
+  // padded to whole packets) in a buffer of each thread; with dropout, the dropped weights in another. Allocated
+  // here: no allocation inside the parallel region.
   const bool tiny = num_queries * num_keys * d <= tuning::tiny_product;
   const Index padded_keys = padded_to_packets<Scalar>(num_keys);
-  std::vector<Matrix<Scalar>> transposed_keys(tiny ? 0 : static_cast<std::size_t>(num_threads()),
-                                              Matrix<Scalar>::Zero(d, padded_keys));  // each (d, padded keys)
+  const auto threads = static_cast<std::size_t>(num_threads());
+  std::vector<Matrix<Scalar>> transposed_keys(tiny ? 0 : threads, Matrix<Scalar>::Zero(d, padded_keys));  // (d, keys)
+  std::vector<Matrix<Scalar>> dropped(dropout.active() ? threads : 0, Matrix<Scalar>(num_queries, num_keys));
   // One (batch row, head) pair: its own slice of the weights and its own columns of the output.
-  const auto pair = [&](Index bh, int thread) {
+  parallel_for(batch * num_heads,
+               static_cast<double>(num_queries) * static_cast<double>(num_keys) * static_cast<double>(std::max(d, dv)),
+               static_cast<double>(weights.size()) * static_cast<double>(d + dv), [&](Index bh, int thread) {
     const Index b = bh / num_heads, h = bh % num_heads;
     const auto Qh = Q.head(b, h);           // (queries, d), a strided view
     const auto Kh = K.head(b, h / group);   // (keys, d)
@@ -140,23 +147,15 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
       scores *= scale;
     }
     kernel.masked_softmax_block(scores.data(), num_queries, num_keys, scores.outerStride(), mask, b);
-    if (generator != nullptr) {
-      Matrix<Scalar> dropped = scores;  // (queries, keys); the kept weights are those before dropout
-      dropout_inplace(dropped, dropout, *generator);
-      weights_times_values(dropped, mask, b, Vh, out, kernel);
+    if (dropout.active()) {
+      Matrix<Scalar>& P = dropped[static_cast<std::size_t>(thread)];  // (queries, keys); the kept weights stay
+      P = scores;
+      for (Index i = 0; i < num_queries; ++i) dropout.apply(P.data() + i * num_keys, num_keys, bh, i, Index(0));
+      weights_times_values(P, mask, b, Vh, out, kernel);
     } else {
       weights_times_values(scores, mask, b, Vh, out, kernel);
     }
-  };
-  // Dropout draws from one generator in (batch row, head) order: serial. Otherwise the pairs are independent, each
-  // computed by one thread whatever their number.
-  if (generator != nullptr) {
-    for (Index bh = 0; bh < batch * num_heads; ++bh) pair(bh, 0);
-  } else {
-    const double pair_work = static_cast<double>(num_queries) * static_cast<double>(num_keys);  // times a width
-    parallel_for(batch * num_heads, pair_work * static_cast<double>(std::max(d, dv)),
-                 pair_work * static_cast<double>(batch * num_heads * (d + dv)), pair);
-  }
+  });
 }
 
 }  // namespace detail

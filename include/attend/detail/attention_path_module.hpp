@@ -1,25 +1,34 @@
 // attend/detail/attention_path_module.hpp — what every module with two attention paths does around its forward pass.
 //
 // DotProductAttention and MultiHeadAttention inherit it (CRTP) and re-export its public members. It holds the path
-// setting, the weights of the last call, whether that call was tiled, and the workspace operator() reuses, and it
-// runs the calls: check the arguments, choose the path (attention_path.hpp), run the derived class's forward pass,
-// keep or drop the weights. Nothing is changed before the arguments are checked, so a call that throws at the door
-// leaves the module as it was.
+// setting, the weights of the last call, whether that call was tiled, the workspace operator() reuses and the record
+// of the last operator() call for backward(), and it runs the calls: check the arguments, choose the path
+// (attention_path.hpp), draw the call's dropout seed, run the derived class's forward pass, keep or drop the
+// weights, record; and backward(): check, then the derived class's backward pass on the record. Nothing is changed
+// before the arguments are checked, so a call that throws at the door leaves the module as it was.
 //
 // Derived provides (this class is its friend):
 //   static constexpr const char* name           "DotProductAttention": the prefix of its messages
 //   static constexpr const char* forward_name   "DotProductAttention::forward"
 //   void check(queries, keys, values, mask, const char* where) const        throws std::invalid_argument
 //   Index weights_count(queries, keys) const     the elements of the (batch * heads, q, k) weights
-//   Tensor3<Scalar> run(queries, keys, values, mask, AttentionWorkspace&, Tensor3* weights, Generator* generator,
-//                       bool tiled) const       the forward pass on checked arguments (weights: where the direct
-//                                               path keeps them, or null; generator: dropout's, or null)
+//   Tensor3<Scalar> run(queries, keys, values, mask, AttentionWorkspace&, Tensor3* weights,
+//                       const AttentionDropout&, bool tiled, AttentionRecord* record) const
+//                                               the forward pass on checked arguments (weights: where the direct
+//                                               path keeps them, or null; record: where to keep what its backward
+//                                               pass needs beyond the inputs, or null)
+//   Index output_features(values) const          the last axis of the output
+//   void check_backward(const char* where) const  throws unless parameters and gradients keep their shapes
+//   AttentionGradients<Scalar> backward_pass(const AttentionRecord&, const Tensor3<Scalar>* weights,
+//                                            const Tensor3& grad_output)     adds the parameters' gradients
 // and the public dropout() and generator().
 #pragma once
 
 #include <attend/config.hpp>
 
+#include <attend/attention_gradients.hpp>
 #include <attend/attention_path.hpp>
+#include <attend/detail/attention_dropout.hpp>
 #include <attend/mask.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
@@ -27,10 +36,28 @@
 #include <attend/workspace.hpp>
 
 #include <stdexcept>
+#include <string>
 
 namespace attend {
 inline namespace ATTEND_ABI {
 namespace detail {
+
+// What an operator() call keeps for backward(): its inputs, mask and dropout seed, its path, and what its forward
+// pass made that the backward pass reads again.
+template <class Scalar>
+struct AttentionRecord {
+  Tensor3<Scalar> queries, keys, values;  // copies of the call's inputs; keys and values empty when self
+  bool self = false;                      // one tensor was passed as queries, keys and values
+  Mask mask;
+  AttentionDropout dropout;
+  bool tiled = false;
+  Matrix<Scalar> Q, K, V;  // MultiHeadAttention's projections: (batch * q, hiddens), (batch * k, hiddens) twice
+  Matrix<Scalar> heads;    // the heads' output before any projection: (batch * q, heads * dv)
+  Vector<Scalar> lse;      // the tiled path's log-sum-exp of each row's scaled scores: (batch * heads * q)
+
+  const Tensor3<Scalar>& keys_in() const { return self ? queries : keys; }
+  const Tensor3<Scalar>& values_in() const { return self ? queries : values; }
+};
 
 template <class Derived, class Scalar>
 class AttentionPathModule : public Module {
@@ -39,13 +66,39 @@ class AttentionPathModule : public Module {
                              const Mask& mask = {}) {
     derived().check(queries, keys, values, mask, Derived::name);
     const bool drop = is_training() && derived().dropout() > Scalar(0);
-    const bool tiled = takes_tiled(queries, keys, drop);
+    const bool tiled = takes_tiled(queries, keys);
+    recorded_ = false;  // until this call's record is complete
+    const AttentionDropout dropout =
+        drop ? AttentionDropout(static_cast<double>(derived().dropout()), derived().generator().next())
+             : AttentionDropout();
     Tensor3<Scalar> output = derived().run(queries, keys, values, mask, workspace_,
-                                           tiled ? nullptr : &attention_weights_,
-                                           drop ? &derived().generator() : nullptr, tiled);
+                                           tiled ? nullptr : &attention_weights_, dropout, tiled, &record_);
     if (tiled) attention_weights_ = Tensor3<Scalar>();  // the previous call's weights are not this call's
     last_call_tiled_ = tiled;
+    record_.self = &queries == &keys && &keys == &values;
+    record_.queries = queries;
+    record_.keys = record_.self ? Tensor3<Scalar>() : keys;
+    record_.values = record_.self ? Tensor3<Scalar>() : values;
+    record_.mask = mask;
+    record_.dropout = dropout;
+    record_.tiled = tiled;
+    recorded_ = true;
     return output;
+  }
+
+  // grad_output: (batch, q, output features), the gradient of the last operator() call's output -> the gradients of
+  // its queries, keys and values; adds the parameters' gradients. Throws std::logic_error when no call was recorded,
+  // std::invalid_argument when grad_output has another shape or a parameter or gradient was resized; a call that
+  // throws changes nothing.
+  AttentionGradients<Scalar> backward(const Tensor3<Scalar>& grad_output) {
+    const std::string where = message(Derived::name, "::backward");
+    require_recorded(recorded_, where.c_str(), Derived::name);
+    derived().check_backward(where.c_str());
+    const Tensor3<Scalar>& queries = record_.queries;
+    require_shape(grad_output,
+                  {queries.dimension(0), queries.dimension(1), derived().output_features(record_.values_in())},
+                  where.c_str(), "grad_output", "(batch, queries, output features)");
+    return derived().backward_pass(record_, record_.tiled ? nullptr : &attention_weights_, grad_output);
   }
 
   Tensor3<Scalar> forward(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
@@ -56,7 +109,8 @@ class AttentionPathModule : public Module {
   Tensor3<Scalar> forward(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
                           const Mask& mask, AttentionWorkspace<Scalar>& workspace) const {
     derived().check(queries, keys, values, mask, Derived::forward_name);
-    return derived().run(queries, keys, values, mask, workspace, nullptr, nullptr, takes_tiled(queries, keys, false));
+    return derived().run(queries, keys, values, mask, workspace, nullptr, AttentionDropout(),
+                         takes_tiled(queries, keys), nullptr);
   }
 
   void set_path(AttentionPath path) { path_ = checked_path(path, Derived::name); }
@@ -79,14 +133,16 @@ class AttentionPathModule : public Module {
   const Derived& derived() const { return static_cast<const Derived&>(*this); }
   Derived& derived() { return static_cast<Derived&>(*this); }
 
-  bool takes_tiled(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, bool dropout_active) const {
-    return takes_tiled_path<Scalar>(path_, dropout_active, derived().weights_count(queries, keys));
+  bool takes_tiled(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys) const {
+    return takes_tiled_path<Scalar>(path_, derived().weights_count(queries, keys));
   }
 
   AttentionPath path_ = AttentionPath::automatic;
   Tensor3<Scalar> attention_weights_;  // (batch * heads, q, k)
   bool last_call_tiled_ = false;       // so attention_weights_ is empty, not the weights of the last call
   AttentionWorkspace<Scalar> workspace_;
+  AttentionRecord<Scalar> record_;  // of the last operator() call
+  bool recorded_ = false;
 };
 
 }  // namespace detail

@@ -1,6 +1,7 @@
 // attend/detail/flash_attention.hpp — scaled dot-product attention without the (queries, keys) matrix: tiled, with an
 // online softmax (the FlashAttention forward pass: Dao et al. 2022, algorithm 1; Dao 2023, the rescaling kept per
-// row and the division done once at the end). Evaluation mode only: no dropout, no attention weights.
+// row and the division done once at the end). No attention weights; dropout as the direct path's
+// (detail/attention_dropout.hpp), and each row's log-sum-exp kept for the backward pass when asked for.
 //
 // flash_attention_heads() has the contract of scaled_dot_product_heads() (attend_rows.hpp): Q, K, V and the output
 // are views of heads side by side in the columns of row-major matrices (detail/heads.hpp), read and written in place;
@@ -40,6 +41,7 @@
 #pragma once
 
 #include <attend/config.hpp>
+#include <attend/detail/attention_dropout.hpp>
 #include <attend/detail/flash_workspace.hpp>
 #include <attend/detail/heads.hpp>
 #include <attend/detail/kernels.hpp>
@@ -62,11 +64,14 @@ namespace detail {
 //   V: (batch, num_keys) steps of K.count heads of dv       output: as Q, with heads of dv; every element written
 // The mask is indexed by batch row, its shape checked by the caller (Mask::require_shape); buffers: one workspace per
 // thread and the head-major copies, resized here (kept by the caller across calls, they make a call allocation-free);
-// blocks: tile sizes, both at least 1.
+// blocks: tile sizes, both at least 1. dropout: pair b * Q.count + h's. lse: null, or resized to
+// (batch * Q.count * num_queries) and filled with each row's log-sum-exp of its scaled scores, pair by pair (a row
+// that sees no key: 0).
 template <class Scalar>
 void flash_attention_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K, const Heads<const Scalar>& V,
                            const Mask& mask, const Heads<Scalar>& output, FlashBuffers<Scalar>& buffers,
-                           FlashBlocks blocks = flash_blocks<Scalar>()) {
+                           FlashBlocks blocks = flash_blocks<Scalar>(), const AttentionDropout& dropout = {},
+                           Vector<Scalar>* lse = nullptr) {
   eigen_assert(blocks.query_rows >= 1 && blocks.key_rows >= 1);
   eigen_assert(K.count >= 1 && Q.count % K.count == 0 && V.count == K.count && output.count == Q.count);
   eigen_assert(Q.batch == K.batch && V.batch == K.batch && output.batch == Q.batch && V.length == K.length);
@@ -81,6 +86,7 @@ void flash_attention_heads(const Heads<const Scalar>& Q, const Heads<const Scala
   const Index pairs = batch * num_heads;      // pair = b * num_heads + h: a query head
   const Index kv_pairs = batch * kv_heads;    // kv_pair = b * kv_heads + g: a key/value head, copied once
   const Index items = pairs * query_blocks;   // item = pair * query_blocks + block
+  if (lse != nullptr) lse->setZero(pairs * num_queries);
   if (items == 0) return;
   if (num_keys == 0) {  // a sum over no keys; and no view of the empty K and V may be taken (null data)
     for (Index b = 0; b < batch; ++b)
@@ -136,16 +142,18 @@ void flash_attention_heads(const Heads<const Scalar>& Q, const Heads<const Scala
                                 View(values_at, num_keys, dv, Eigen::OuterStride<>(value_stride))};
     const Index br = std::min(blocks.query_rows, num_queries - q0);
     kernel.flash_attention_block(Q, keys, b, h, q0, br, mask, output, blocks,
-                                 buffers.threads[static_cast<std::size_t>(thread)]);
+                                 buffers.threads[static_cast<std::size_t>(thread)], dropout,
+                                 lse != nullptr ? lse->data() + pair * num_queries + q0 : nullptr);
   });
 }
 
 // The same with buffers of its own, allocated for this call.
 template <class Scalar>
 void flash_attention_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K, const Heads<const Scalar>& V,
-                           const Mask& mask, const Heads<Scalar>& output, FlashBlocks blocks = flash_blocks<Scalar>()) {
+                           const Mask& mask, const Heads<Scalar>& output, FlashBlocks blocks = flash_blocks<Scalar>(),
+                           const AttentionDropout& dropout = {}, Vector<Scalar>* lse = nullptr) {
   FlashBuffers<Scalar> buffers;
-  flash_attention_heads<Scalar>(Q, K, V, mask, output, buffers, blocks);
+  flash_attention_heads<Scalar>(Q, K, V, mask, output, buffers, blocks, dropout, lse);
 }
 
 }  // namespace detail

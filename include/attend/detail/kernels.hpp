@@ -13,6 +13,7 @@
 #pragma once
 
 #include <attend/config.hpp>
+#include <attend/detail/attention_dropout.hpp>
 #include <attend/detail/avx2/simd.hpp>
 #include <attend/detail/avx512/few_rows_projection.hpp>
 #include <attend/detail/avx512/simd.hpp>
@@ -96,7 +97,7 @@ struct Kernels {
                                Index b);
   void (*flash_attention_block)(const Heads<const Scalar>& Q, const HeadKeys<Scalar>& keys, Index b, Index h,
                                 Index q0, Index br, const Mask& mask, const Heads<Scalar>& output, FlashBlocks blocks,
-                                FlashWorkspace<Scalar>& ws);
+                                FlashWorkspace<Scalar>& ws, const AttentionDropout& dropout, Scalar* lse);
   void (*tiny_scores)(const Scalar* Q, Index ldq, const Scalar* K, Index ldk, Index num_queries, Index num_keys,
                       Index d, Scalar scale, Scalar* scores, Index lds);
   // Y (rows <= tuning::few_rows, out) = X W^T + bias reading W (out, in) in place, or null where the level has none

@@ -26,6 +26,17 @@ constexpr Eigen::Index flash_query_rows = 128;
 template <class Scalar>
 constexpr Eigen::Index flash_key_rows = sizeof(Scalar) <= 4 ? 256 : 128;
 
+// The tiled backward pass's tile (detail/flash_backward.hpp): it keeps five (Br, Bc) tiles (P, its dropped copy,
+// dP, and two transposes) and the K^T, V^T blocks, about 240 KiB in float at heads of 64, inside L2.
+template <class Scalar>
+constexpr Eigen::Index flash_backward_query_rows = 64;
+template <class Scalar>
+constexpr Eigen::Index flash_backward_key_rows = sizeof(Scalar) <= 4 ? 128 : 64;
+// The tiled backward pass splits each key/value head's key blocks into enough groups for this many work items, so
+// that two to eight threads have work when batch * heads is small; each group adds its own partial dQ, summed in a
+// fixed order at the end. Chosen from the shape alone, so that the bits do not depend on the thread count.
+constexpr Eigen::Index flash_backward_items = 8;
+
 // The tiled kernel copies V head-major when a head's value rows, num_heads * dv apart, span more than this: below
 // it they stay in L2 between query blocks as they are (half of a 2 MiB L2).
 constexpr double flash_value_copy_span = 1 << 20;

@@ -83,11 +83,14 @@ void online_softmax_step(FlashWorkspace<Scalar>& ws, Index br, Index bc, Index k
 }
 
 // One work item: rows q0 .. q0 + br - 1 of query head h of batch row b, its key/value head's keys and values in
-// `keys`; the views and the rest as flash_attention_heads (detail/flash_attention.hpp).
+// `keys`; the views and the rest as flash_attention_heads (detail/flash_attention.hpp). dropout: on the weights that
+// multiply the values, after each row's sum (which is over the weights before it); lse: (br) for each row's
+// log-sum-exp, m + log(l) (left as it is for a row that sees no key), or null.
 template <class Scalar>
 void flash_attention_block(const Heads<const Scalar>& Q, const HeadKeys<Scalar>& keys, Index b, Index h, Index q0,
                            Index br, const Mask& mask, const Heads<Scalar>& output, FlashBlocks blocks,
-                           FlashWorkspace<Scalar>& ws) {
+                           FlashWorkspace<Scalar>& ws, const AttentionDropout& dropout, Scalar* lse) {
+  const Index pair = b * Q.count + h;
   const Index d = ws.Qs.cols(), dv = ws.O.cols();
   const Index num_queries = Q.length, num_keys = keys.V.rows();
   const auto& V = keys.V;  // (num_keys, dv)
@@ -123,6 +126,8 @@ void flash_attention_block(const Heads<const Scalar>& Q, const HeadKeys<Scalar>&
     rows_times_matrix<false, Scalar>(Qs.data(), Qs.outerStride(), br, d, panel, keys.panel_width, bc, true, nullptr,
                                      S.data(), S.outerStride());
     online_softmax_step(ws, br, bc, k0);
+    for (Index i = 0; dropout.active() && i < br; ++i)
+      dropout.apply(S.data() + i * S.outerStride(), bc, pair, q0 + i, k0);
     const auto Vb = V.middleRows(k0, bc);  // (bc, dv)
     if (mask.empty() || all_finite(Vb)) {  // with no mask every key is visible: a product over all of them is right
       rows_times_matrix<true, Scalar>(S.data(), S.outerStride(), br, bc, Vb.data(), Vb.outerStride(), dv, true,
@@ -146,6 +151,14 @@ void flash_attention_block(const Heads<const Scalar>& Q, const HeadKeys<Scalar>&
   for (Index i = 0; i < br; ++i) {
     if (!ws.keys[static_cast<std::size_t>(i)].none()) {
       out.row(i) = O.row(i) / ws.l(i);
+      if (lse != nullptr) lse[i] = ws.m(i) + std::log(ws.l(i));
+    } else if (uniform && dropout.active()) {  // weights 1 / num_keys, dropped as the direct path drops them
+      out.row(i).setZero();
+      for (Index j = 0; j < num_keys; ++j) {
+        Scalar w = Scalar(1) / static_cast<Scalar>(num_keys);
+        dropout.apply(&w, 1, pair, q0 + i, j);
+        out.row(i) += w * V.row(j);
+      }
     } else if (uniform) {
       out.row(i) = ws.mean.transpose();
     } else {

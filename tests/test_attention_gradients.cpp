@@ -1,0 +1,366 @@
+// The backward passes of DotProductAttention and MultiHeadAttention, on both paths: against PyTorch autograd through
+// d2l's code (tests/reference/make_training_fixtures.py), against central finite differences in double with dropout
+// and every kind of mask, the tiled path against the direct one over many blocks, 1 and 2 threads bit for bit, and
+// the errors.
+#include <attend/attention_gradients.hpp>
+#include <attend/dot_product_attention.hpp>
+#include <attend/mask.hpp>
+#include <attend/multi_head_attention.hpp>
+#include <attend/threads.hpp>
+#include <catch2/catch.hpp>
+#include <support/finite_difference.hpp>
+#include <support/fixture.hpp>
+#include <support/lens.hpp>
+#include <support/matchers.hpp>
+#include <support/random_tensor.hpp>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+using attend::AttentionGradients;
+using attend::AttentionPath;
+using attend::DotProductAttention;
+using attend::FullyMasked;
+using attend::Index;
+using attend::Mask;
+using attend::Matrix;
+using attend::MultiHeadAttention;
+using attend::Tensor3;
+using attend::ValidLens;
+using attend::Vector;
+using attend_test::Fixture;
+using attend_test::Near;
+using attend_test::random_tensor;
+using attend_test::Tolerance;
+using Catch::Contains;
+
+namespace {
+
+constexpr AttentionPath both_paths[] = {AttentionPath::direct, AttentionPath::tiled};
+
+// A gradient against autograd's. Double: the 1e-9 relative of the forward fixtures. Float: a gradient is a sum of
+// products of the forward pass's rounded values over every key and feature (and, for the weights, every batch row
+// and step), so it carries a few times float's 6e-8 rounding per term, more than a forward output: 1e-4 relative,
+// 1e-5 absolute for gradients of order 1.
+template <class Scalar>
+Tolerance<Scalar> gradient_tolerance();
+template <>
+Tolerance<double> gradient_tolerance<double>() {
+  return {1e-9, 1e-11};
+}
+template <>
+Tolerance<float> gradient_tolerance<float>() {
+  return {1e-4f, 1e-5f};
+}
+
+template <class Scalar>
+Tolerance<Scalar> exact() {
+  return {0, 0};
+}
+
+Tensor3<bool> booleans(const Fixture& fixture, const std::string& name) {
+  const Tensor3<double> values = fixture.tensor3<double>(name);
+  Tensor3<bool> out(values.dimension(0), values.dimension(1), values.dimension(2));
+  for (Index i = 0; i < values.size(); ++i) out.data()[i] = values.data()[i] != 0.0;
+  return out;
+}
+
+// The mask a fixture describes: valid_lens && causal && keep (make_fixtures.py's mask_entries), or its valid lengths.
+Mask mask_from(const Fixture& fixture) {
+  Mask mask = attend_test::valid_lens(fixture);
+  if (fixture.has("causal") && fixture.index("causal") != 0) mask = mask && Mask::causal();
+  if (fixture.has("keep")) mask = mask && Mask::keep(booleans(fixture, "keep"));
+  return mask;
+}
+
+// A MultiHeadAttention with a fixture's parameters (key_size 6, query_size 5, value_size 4, num_hiddens 12, or the
+// self-attention case's 8s).
+template <class Scalar>
+MultiHeadAttention<Scalar> mha_from(const Fixture& fx, Index key_size, Index query_size, Index value_size,
+                                    Index num_hiddens) {
+  const bool bias = fx.index("bias") != 0;
+  MultiHeadAttention<Scalar> attention(key_size, query_size, value_size, num_hiddens, fx.index("num_heads"),
+                                       Scalar(0.5), bias);
+  attention.eval();
+  for (const char* layer : {"W_q", "W_k", "W_v", "W_o"}) {
+    attend::Linear<Scalar>& linear = layer == std::string("W_q")   ? attention.W_q()
+                                     : layer == std::string("W_k") ? attention.W_k()
+                                     : layer == std::string("W_v") ? attention.W_v()
+                                                                   : attention.W_o();
+    linear.weight() = fx.matrix<Scalar>(std::string(layer) + ".weight");
+    if (bias) linear.bias() = fx.vector<Scalar>(std::string(layer) + ".bias");
+  }
+  return attention;
+}
+
+template <class Scalar>
+void check_parameter_gradients(MultiHeadAttention<Scalar>& attention, const Fixture& fx) {
+  const bool bias = fx.index("bias") != 0;
+  const auto check = [&](attend::Linear<Scalar>& linear, const std::string& layer) {
+    CAPTURE(layer);
+    REQUIRE_THAT(linear.weight_grad(), Near(fx.matrix<double>(layer + ".weight_grad"), gradient_tolerance<Scalar>()));
+    if (bias) REQUIRE_THAT(linear.bias_grad(), Near(fx.vector<double>(layer + ".bias_grad"), gradient_tolerance<Scalar>()));
+  };
+  check(attention.W_q(), "W_q");
+  check(attention.W_k(), "W_k");
+  check(attention.W_v(), "W_v");
+  check(attention.W_o(), "W_o");
+}
+
+// Every parameter gradient of a module, flattened, in parameters() order.
+template <class Module>
+auto gradients_of(Module& module) {
+  using Scalar = std::remove_reference_t<decltype(*module.parameters()[0].grad)>;
+  std::vector<Scalar> all;
+  for (const auto& p : module.parameters()) all.insert(all.end(), p.grad, p.grad + p.size);
+  return all;
+}
+
+}  // namespace
+
+// ---- against PyTorch autograd --------------------------------------------------------------------------------------
+
+TEMPLATE_TEST_CASE("DotProductAttention::backward gives autograd's gradients on both paths",
+                   "[gradients][dot_product][golden]", float, double) {
+  const std::string name = GENERATE("grad_dot_product_lens", "grad_dot_product_mask");
+  const AttentionPath path = GENERATE(AttentionPath::direct, AttentionPath::tiled);
+  CAPTURE(name, path);
+  const Fixture fx(name);
+  DotProductAttention<TestType> attention(TestType(0.5));
+  attention.eval();
+  attention.set_path(path);
+  const Tensor3<TestType> queries = fx.tensor3<TestType>("queries"), keys = fx.tensor3<TestType>("keys"),
+                          values = fx.tensor3<TestType>("values");
+  const Tensor3<TestType> output = attention(queries, keys, values, mask_from(fx));
+  REQUIRE(attention.last_call_tiled() == (path == AttentionPath::tiled));
+  REQUIRE_THAT(output, Near(fx.tensor3<double>("output"), attend_test::tolerance<TestType>()));
+  const AttentionGradients<TestType> g = attention.backward(fx.tensor3<TestType>("grad_output"));
+  REQUIRE_THAT(g.queries, Near(fx.tensor3<double>("grad_queries"), gradient_tolerance<TestType>()));
+  REQUIRE_THAT(g.keys, Near(fx.tensor3<double>("grad_keys"), gradient_tolerance<TestType>()));
+  REQUIRE_THAT(g.values, Near(fx.tensor3<double>("grad_values"), gradient_tolerance<TestType>()));
+  REQUIRE(attention.parameters().empty());
+}
+
+TEMPLATE_TEST_CASE("MultiHeadAttention::backward gives autograd's gradients on both paths, parameters included",
+                   "[gradients][multi_head][golden]", float, double) {
+  const std::string name = GENERATE("grad_mha_lens", "grad_mha_mask");
+  const AttentionPath path = GENERATE(AttentionPath::direct, AttentionPath::tiled);
+  CAPTURE(name, path);
+  const Fixture fx(name);
+  MultiHeadAttention<TestType> attention = mha_from<TestType>(fx, 6, 5, 4, 12);
+  attention.set_path(path);
+  const Tensor3<TestType> queries = fx.tensor3<TestType>("queries"), keys = fx.tensor3<TestType>("keys"),
+                          values = fx.tensor3<TestType>("values");
+  const Tensor3<TestType> output = attention(queries, keys, values, mask_from(fx));
+  REQUIRE_THAT(output, Near(fx.tensor3<double>("output"), attend_test::tolerance<TestType>()));
+  const AttentionGradients<TestType> g = attention.backward(fx.tensor3<TestType>("grad_output"));
+  REQUIRE_THAT(g.queries, Near(fx.tensor3<double>("grad_queries"), gradient_tolerance<TestType>()));
+  REQUIRE_THAT(g.keys, Near(fx.tensor3<double>("grad_keys"), gradient_tolerance<TestType>()));
+  REQUIRE_THAT(g.values, Near(fx.tensor3<double>("grad_values"), gradient_tolerance<TestType>()));
+  check_parameter_gradients(attention, fx);
+
+  // The record stays: a second backward adds the same parameter gradients again, as PyTorch's .grad does.
+  const std::vector<TestType> once = gradients_of(attention);
+  attention.backward(fx.tensor3<TestType>("grad_output"));
+  const std::vector<TestType> twice = gradients_of(attention);
+  for (std::size_t i = 0; i < once.size(); ++i) REQUIRE(twice[i] == TestType(2) * once[i]);
+  attention.zero_grad();
+  for (TestType x : gradients_of(attention)) REQUIRE(x == TestType(0));
+}
+
+TEMPLATE_TEST_CASE("MultiHeadAttention::backward on self-attention: the three gradients add up to autograd's",
+                   "[gradients][multi_head][golden]", float, double) {
+  const AttentionPath path = GENERATE(AttentionPath::direct, AttentionPath::tiled);
+  CAPTURE(path);
+  const Fixture fx("grad_mha_self");
+  MultiHeadAttention<TestType> attention = mha_from<TestType>(fx, 8, 8, 8, 8);
+  attention.set_path(path);
+  const Tensor3<TestType> X = fx.tensor3<TestType>("X");
+  REQUIRE_THAT(attention(X, X, X, attend_test::valid_lens(fx)),
+               Near(fx.tensor3<double>("output"), attend_test::tolerance<TestType>()));
+  const AttentionGradients<TestType> g = attention.backward(fx.tensor3<TestType>("grad_output"));
+  const Tensor3<TestType> dX = g.queries + g.keys + g.values;
+  REQUIRE_THAT(dX, Near(fx.tensor3<double>("grad_X"), gradient_tolerance<TestType>()));
+  check_parameter_gradients(attention, fx);
+}
+
+// ---- against finite differences ------------------------------------------------------------------------------------
+
+TEST_CASE("MultiHeadAttention::backward agrees with finite differences, with dropout, on both paths, every mask",
+          "[gradients][multi_head][dropout]") {
+  Tensor3<bool> keep(1, 3, 6);
+  keep.setConstant(true);
+  keep(0, 1, 2) = keep(0, 2, 0) = keep(0, 2, 5) = false;
+  const Mask masks[] = {Mask{}, Mask(ValidLens{4, 0}), Mask::causal(),
+                        Mask(ValidLens{5, 2}) && Mask::keep(keep),
+                        Mask(ValidLens{0, 3}).when_fully_masked(FullyMasked::zero)};
+  const Tensor3<double> queries = random_tensor<double>(2, 3, 4, 201), keys = random_tensor<double>(2, 6, 5, 202),
+                        values = random_tensor<double>(2, 6, 3, 203), dY = random_tensor<double>(2, 3, 8, 204);
+  for (const double p : {0.0, 0.4})
+    for (std::size_t m = 0; m < std::size(masks); ++m)
+      for (const AttentionPath path : both_paths) {
+        CAPTURE(p, m, path);
+        attend::Generator init(205);
+        MultiHeadAttention<double> attention(5, 4, 3, 8, 2, p, true, init);
+        attention.set_path(path);
+        Tensor3<double> q = queries, k = keys, v = values;
+        // L = <dY, attention(q, k, v)>, each evaluation with the same dropout mask (the generator reseeded).
+        const std::function<double()> loss = [&] {
+          attention.generator().seed(206);
+          return attend_test::dot(dY, attention(q, k, v, masks[m]));
+        };
+        loss();
+        const AttentionGradients<double> g = attention.backward(dY);
+        REQUIRE_THAT(g.queries, Near(attend_test::finite_difference(q, loss), attend_test::finite_difference_tolerance()));
+        REQUIRE_THAT(g.keys, Near(attend_test::finite_difference(k, loss), attend_test::finite_difference_tolerance()));
+        REQUIRE_THAT(g.values, Near(attend_test::finite_difference(v, loss), attend_test::finite_difference_tolerance()));
+        for (attend::Linear<double>* linear : {&attention.W_q(), &attention.W_k(), &attention.W_v(), &attention.W_o()}) {
+          const Matrix<double> dW = linear->weight_grad();
+          const Vector<double> db = linear->bias_grad();
+          REQUIRE_THAT(dW, Near(attend_test::finite_difference(linear->weight(), loss),
+                                attend_test::finite_difference_tolerance()));
+          REQUIRE_THAT(db, Near(attend_test::finite_difference(linear->bias(), loss),
+                                attend_test::finite_difference_tolerance()));
+        }
+      }
+}
+
+TEST_CASE("DotProductAttention::backward agrees with finite differences, with dropout, on both paths",
+          "[gradients][dot_product][dropout]") {
+  const Tensor3<double> queries = random_tensor<double>(2, 5, 4, 211), keys = random_tensor<double>(2, 7, 4, 212),
+                        values = random_tensor<double>(2, 7, 3, 213), dY = random_tensor<double>(2, 5, 3, 214);
+  for (const Mask& mask : {Mask::causal(), Mask(ValidLens{2, 7})})
+    for (const AttentionPath path : both_paths) {
+      CAPTURE(path);
+      DotProductAttention<double> attention(0.3);
+      attention.set_path(path);
+      Tensor3<double> q = queries, k = keys, v = values;
+      const std::function<double()> loss = [&] {
+        attention.generator().seed(215);
+        return attend_test::dot(dY, attention(q, k, v, mask));
+      };
+      loss();
+      const AttentionGradients<double> g = attention.backward(dY);
+      REQUIRE_THAT(g.queries, Near(attend_test::finite_difference(q, loss), attend_test::finite_difference_tolerance()));
+      REQUIRE_THAT(g.keys, Near(attend_test::finite_difference(k, loss), attend_test::finite_difference_tolerance()));
+      REQUIRE_THAT(g.values, Near(attend_test::finite_difference(v, loss), attend_test::finite_difference_tolerance()));
+    }
+}
+
+// ---- the tiled path over many blocks, and threads ------------------------------------------------------------------
+
+// Longer than a few blocks of the tiled backward in both directions (tuning::flash_backward_*), with a last partial
+// block, so that every key block is dealt to a group and groups add partial dQ.
+TEMPLATE_TEST_CASE("the tiled backward gives the direct path's gradients over many blocks, with dropout",
+                   "[gradients][multi_head][flash]", float, double) {
+  const Index n = 300;
+  Tensor3<bool> keep(1, n, n);
+  for (Index i = 0; i < keep.size(); ++i) keep.data()[i] = (i * 7919) % 5 != 0;
+  const Mask masks[] = {Mask::causal(), Mask(ValidLens{250, 0}) && Mask::keep(keep), Mask{}};
+  const Tensor3<TestType> X = random_tensor<TestType>(2, n, 16, 221), dY = random_tensor<TestType>(2, n, 16, 222);
+  for (const Mask& mask : masks) {
+    AttentionGradients<TestType> g[2];
+    std::vector<TestType> parameters[2];
+    for (int tiled = 0; tiled < 2; ++tiled) {
+      attend::Generator init(223);
+      MultiHeadAttention<TestType> attention(16, 16, 16, 16, 2, TestType(0.25), false, init);
+      attention.set_path(tiled ? AttentionPath::tiled : AttentionPath::direct);
+      attention.generator().seed(224);
+      attention(X, X, X, mask);
+      g[tiled] = attention.backward(dY);
+      parameters[tiled] = gradients_of(attention);
+    }
+    const Tolerance<TestType> tol = std::is_same_v<TestType, float> ? Tolerance<TestType>{1e-4f, 1e-5f}
+                                                                    : Tolerance<TestType>{1e-10, 1e-12};
+    REQUIRE_THAT(g[1].queries, Near(g[0].queries, tol));
+    REQUIRE_THAT(g[1].keys, Near(g[0].keys, tol));
+    REQUIRE_THAT(g[1].values, Near(g[0].values, tol));
+    for (std::size_t i = 0; i < parameters[0].size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(std::abs(parameters[1][i] - parameters[0][i]) <= tol.abs + tol.rel * std::abs(parameters[0][i]));
+    }
+  }
+}
+
+#ifdef _OPENMP
+TEMPLATE_TEST_CASE("MultiHeadAttention::backward gives the same bits on 1 and 2 threads, on both paths",
+                   "[gradients][multi_head][threads]", float, double) {
+  // One batch row and one head on the tiled path: its work split over key blocks; several on the direct path.
+  const Tensor3<TestType> X = random_tensor<TestType>(1, 400, 32, 231), dY = random_tensor<TestType>(1, 400, 32, 232);
+  for (const AttentionPath path : both_paths) {
+    CAPTURE(path);
+    AttentionGradients<TestType> g[2];
+    std::vector<TestType> parameters[2];
+    for (int threads : {1, 2}) {
+      attend::set_num_threads(threads);
+      attend::Generator init(233);
+      MultiHeadAttention<TestType> attention(32, 32, 32, 32, path == AttentionPath::tiled ? 1 : 4, TestType(0.1),
+                                             true, init);
+      attention.set_path(path);
+      attention(X, X, X, Mask::causal());
+      g[threads - 1] = attention.backward(dY);
+      parameters[threads - 1] = gradients_of(attention);
+    }
+    attend::set_num_threads(2);
+    REQUIRE_THAT(g[1].queries, Near(g[0].queries, exact<TestType>()));
+    REQUIRE_THAT(g[1].keys, Near(g[0].keys, exact<TestType>()));
+    REQUIRE_THAT(g[1].values, Near(g[0].values, exact<TestType>()));
+    REQUIRE(parameters[1] == parameters[0]);
+  }
+}
+#endif
+
+// ---- errors ----------------------------------------------------------------------------------------------------------
+
+TEMPLATE_TEST_CASE("attention backward: no recorded call, a grad_output of another shape, a resized parameter",
+                   "[gradients][bad_input]", float, double) {
+  MultiHeadAttention<TestType> attention(4, 4, 4, 8, 2, TestType(0));
+  const Tensor3<TestType> X = random_tensor<TestType>(2, 3, 4, 241);
+  const Tensor3<TestType> dY = random_tensor<TestType>(2, 3, 8, 242);
+  REQUIRE_THROWS_AS(attention.backward(dY), std::logic_error);
+  REQUIRE_THROWS_WITH(attention.backward(dY), Contains("MultiHeadAttention::backward") &&
+                                                  Contains("no recorded call"));
+  attention.forward(X, X, X);  // records nothing
+  REQUIRE_THROWS_AS(attention.backward(dY), std::logic_error);
+
+  attention(X, X, X, ValidLens{2, 3});
+  const Tensor3<TestType> wrong = random_tensor<TestType>(2, 3, 7, 243);
+  REQUIRE_THROWS_AS(attention.backward(wrong), std::invalid_argument);
+  REQUIRE_THROWS_WITH(attention.backward(wrong), Contains("MultiHeadAttention::backward") &&
+                                                     Contains("grad_output") && Contains("(2, 3, 8)") &&
+                                                     Contains("(2, 3, 7)"));
+  for (TestType x : gradients_of(attention)) REQUIRE(x == TestType(0));  // nothing added by the failed calls
+
+  attention.W_k().weight_grad().resize(3, 3);
+  REQUIRE_THROWS_AS(attention.backward(dY), std::invalid_argument);
+  REQUIRE_THROWS_WITH(attention.backward(dY), Contains("MultiHeadAttention::backward") && Contains("weight") &&
+                                                  Contains("resized"));
+  attention.W_k().weight_grad().setZero(8, 4);
+  for (TestType x : gradients_of(attention)) REQUIRE(x == TestType(0));
+  attention.backward(dY);  // and with the buffer back in shape it runs
+
+  DotProductAttention<TestType> plain(TestType(0));
+  REQUIRE_THROWS_WITH(plain.backward(dY), Contains("DotProductAttention::backward") && Contains("no recorded call"));
+  plain(X, X, X);
+  REQUIRE_THROWS_WITH(plain.backward(dY), Contains("DotProductAttention::backward") && Contains("(2, 3, 4)"));
+}
+
+TEMPLATE_TEST_CASE("attention backward: a NaN in grad_output reaches the gradients, and nothing crashes",
+                   "[gradients][numerical]", float, double) {
+  const AttentionPath path = GENERATE(AttentionPath::direct, AttentionPath::tiled);
+  CAPTURE(path);
+  MultiHeadAttention<TestType> attention(4, 4, 4, 8, 2, TestType(0));
+  attention.set_path(path);
+  const Tensor3<TestType> X = random_tensor<TestType>(2, 3, 4, 251);
+  Tensor3<TestType> dY = random_tensor<TestType>(2, 3, 8, 252);
+  dY(0, 1, 2) = std::numeric_limits<TestType>::quiet_NaN();
+  attention(X, X, X);
+  const AttentionGradients<TestType> g = attention.backward(dY);
+  REQUIRE(std::isnan(g.queries(0, 1, 0)));
+  REQUIRE(std::isnan(attention.W_o().weight_grad()(2, 0)));
+  REQUIRE_FALSE(std::isnan(g.queries(1, 1, 0)));  // batch row 1 never meets the NaN
+}
