@@ -11,9 +11,10 @@
 // weights and dP on the tiled path, so forward + backward takes 3-4 times the forward.
 // LongCausal: one causal training step of one head of d = 64 over n = 16384 keys on the tiled path (the direct path
 // would hold 16384^2 weights, 1 GiB); the counter peak_MiB is the process's peak resident memory (getrusage).
-#include <attend/attend.hpp>
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
+
+#include <attend/attend.hpp>
 
 namespace {
 
@@ -66,3 +67,5 @@ void LongCausal(benchmark::State& state) {
 BENCHMARK(LongCausal)->Arg(16384)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
 
 }  // namespace
+
+BENCHMARK_MAIN();

@@ -12,7 +12,8 @@
 //   --min-time=0.1      seconds of calls per contender per round (at least one call)
 //   --long-call=1       a shape whose slowest contender takes longer per call gets at most 3 rounds (n = 8192)
 //   --max-n=8192        leave out the attention shapes with a longer sequence
-//   --parts=attention,rnn,conv1d      which comparisons to run (the sgemm ceiling always runs)
+//   --parts=attention,training,rnn,conv1d   which comparisons to run (the sgemm ceiling always runs); training:
+//                       a forward + backward step of the attention shapes up to n = 4096, against libtorch's autograd
 //   --attend-openblas-threads=N       OpenBLAS's threads during attend's calls; 0: the --threads count. Default 1 in
 //                                     the _blas program when attend has OpenMP, else 0 (see Threads below)
 //   --csv=FILE --json=FILE            also write the results there (CSV: one row per measurement, for
@@ -112,7 +113,7 @@ struct Options {
   double min_time = 0.1;  // seconds per contender per round
   double long_call = 1;   // seconds per call above which a shape gets at most 3 rounds
   Index max_n = 8192;
-  bool attention = true, rnn = true, conv1d = true;
+  bool attention = true, training = true, rnn = true, conv1d = true;
   std::string csv, json;
 #ifdef EIGEN_USE_BLAS
   int attend_openblas_threads = attend::has_openmp() ? 1 : 0;
@@ -147,12 +148,13 @@ Options parse(int argc, char** argv) {
     } else if (key == "--max-n") {
       options.max_n = std::stol(value);
     } else if (key == "--parts") {
-      options.attention = options.rnn = options.conv1d = false;
+      options.attention = options.training = options.rnn = options.conv1d = false;
       for (const std::string& part : split(value, ',')) {
         if (part == "attention") options.attention = true;
+        else if (part == "training") options.training = true;
         else if (part == "rnn") options.rnn = true;
         else if (part == "conv1d") options.conv1d = true;
-        else throw std::invalid_argument("--parts: unknown part '" + part + "' (attention, rnn, conv1d)");
+        else throw std::invalid_argument("--parts: unknown part '" + part + "' (attention, training, rnn, conv1d)");
       }
     } else if (key == "--attend-openblas-threads") {
       options.attend_openblas_threads = std::stoi(value);
@@ -163,7 +165,7 @@ Options parse(int argc, char** argv) {
     } else {
       throw std::invalid_argument("unknown option '" + arg +
                                   "'; options: --threads=1,2 --rounds=5 --min-time=0.1 --long-call=1 --max-n=8192 "
-                                  "--parts=attention,rnn,conv1d --attend-openblas-threads=N --csv=FILE --json=FILE");
+                                  "--parts=attention,training,rnn,conv1d --attend-openblas-threads=N --csv=FILE --json=FILE");
     }
   }
   if (options.threads.empty() || options.rounds < 1 || options.min_time < 0 || options.attend_openblas_threads < 0)
@@ -496,6 +498,8 @@ const AttentionShape attention_shapes[] = {{2, 4, 100, 5},     {8, 128, 256, 8},
 // One shape's weights, inputs and the four ways to run it.
 class Attention {
  public:
+  static constexpr bool inference = true;  // libtorch without autograd, like attend's eval mode
+
   explicit Attention(const AttentionShape& s)
       : s_(s),
         generator_(42),
@@ -595,6 +599,91 @@ class Attention {
   torch::Tensor X_batch_first_, X_seq_first_;                        // (batch, n, d), (n, batch, d)
 };
 
+// ---- a training step of multi-head self-attention -----------------------------------------------------------------
+
+// The attention shapes up to n = 4096: forward then backward, attend's operator() + backward() against libtorch's
+// nn::MultiheadAttention with autograd (X and the weights requiring gradients, need_weights = false), in training
+// mode with dropout 0. Each call of a contender is one step; the parameters' gradients accumulate (neither side
+// zeroes them: PyTorch adds into .grad, attend into weight_grad()).
+class AttentionTraining {
+ public:
+  static constexpr bool inference = false;  // libtorch needs autograd here
+
+  explicit AttentionTraining(const AttentionShape& s)
+      : s_(s),
+        generator_(43),
+        attention_(s.d, s.d, s.d, s.d, s.heads, 0.0f, false, generator_),
+        direct_(attention_),
+        tiled_(attention_),
+        X_(s.batch, s.n, s.d),
+        dY_(s.batch, s.n, s.d),
+        mha_(torch::nn::MultiheadAttentionOptions(s.d, s.heads).bias(false)) {
+    direct_.set_path(attend::AttentionPath::direct);
+    tiled_.set_path(attend::AttentionPath::tiled);
+    for (Index i = 0; i < X_.size(); ++i) X_.data()[i] = generator_.uniform(-1.0f, 1.0f);
+    for (Index i = 0; i < dY_.size(); ++i) dY_.data()[i] = generator_.uniform(-1.0f, 1.0f);
+    {
+      torch::NoGradGuard no_grad;
+      const auto weight = [&](attend::Linear<float>& layer) { return to_torch(layer.weight().data(), {s.d, s.d}); };
+      mha_->in_proj_weight.copy_(
+          torch::cat({weight(attention_.W_q()), weight(attention_.W_k()), weight(attention_.W_v())}, 0));
+      mha_->out_proj->weight.copy_(weight(attention_.W_o()));
+    }
+    mha_->train();
+    X_seq_first_ = to_torch(X_.data(), {s.batch, s.n, s.d}).transpose(0, 1).contiguous().requires_grad_(true);
+    dY_seq_first_ = to_torch(dY_.data(), {s.batch, s.n, s.d}).transpose(0, 1).contiguous();
+  }
+
+  Problem problem() const {
+    const double b = s_.batch, n = s_.n, d = s_.d;
+    // The forward's products and about twice as many in the backward (dX and dW of four projections; dV, dP, dQ, dK).
+    return {"training", attend::detail::message('(', s_.batch, ',', s_.n, ',', s_.d, ',', s_.heads, ')'),
+            attend::detail::message('d', s_.d, "_h", s_.heads), "forward + backward", s_.batch, s_.n,
+            3 * (8 * b * n * d * d + 4 * b * n * n * d)};
+  }
+
+  // One step on attend's module: the inputs' gradient summed over its three uses, (batch, n, d).
+  Tensor3<float> attend_step(attend::MultiHeadAttention<float>& attention) {
+    attention(X_, X_, X_);
+    const attend::AttentionGradients<float> g = attention.backward(dY_);
+    return g.queries + g.keys + g.values;
+  }
+
+  // One step on libtorch's: X's gradient, (n, batch, d).
+  torch::Tensor torch_step() {
+    X_seq_first_.mutable_grad() = torch::Tensor();
+    torch::Tensor Y = std::get<0>(mha_->forward(X_seq_first_, X_seq_first_, X_seq_first_, {}, false));
+    Y.backward(dY_seq_first_);
+    return X_seq_first_.grad();
+  }
+
+  void check_agreement() {
+    const torch::Tensor dX = torch_step().transpose(0, 1).contiguous();  // (batch, n, d)
+    check(problem().label,
+          {{"attend", relative_difference(attend_step(attention_), dX)},
+           {"attend_direct", relative_difference(attend_step(direct_), dX)},
+           {"attend_tiled", relative_difference(attend_step(tiled_), dX)}},
+          1e-3);
+  }
+
+  std::vector<Contender> contenders() {
+    return {{"attend", [this] { benchmark::DoNotOptimize(attend_step(attention_).data()); }},
+            {"attend_direct", [this] { benchmark::DoNotOptimize(attend_step(direct_).data()); }},
+            {"attend_tiled", [this] { benchmark::DoNotOptimize(attend_step(tiled_).data()); }},
+            {"torch_mha", [this] { benchmark::DoNotOptimize(torch_step().data_ptr()); }}};
+  }
+
+ private:
+  AttentionShape s_;
+  attend::Generator generator_;
+  attend::MultiHeadAttention<float> attention_;  // AttentionPath::automatic
+  attend::MultiHeadAttention<float> direct_;     // the same weights, AttentionPath::direct
+  attend::MultiHeadAttention<float> tiled_;      // the same weights, AttentionPath::tiled
+  Tensor3<float> X_, dY_;                        // (batch, n, d) each
+  torch::nn::MultiheadAttention mha_;
+  torch::Tensor X_seq_first_, dY_seq_first_;  // (n, batch, d) each
+};
+
 // ---- RNN ------------------------------------------------------------------------------------------------------------
 
 struct RnnShape {
@@ -605,6 +694,8 @@ const RnnShape rnn_shapes[] = {{32, 64, 128, 128}, {8, 512, 256, 256}, {64, 128,
 
 class Rnn {
  public:
+  static constexpr bool inference = true;  // libtorch without autograd, like attend's eval mode
+
   explicit Rnn(const RnnShape& s)
       : s_(s),
         generator_(7),
@@ -666,6 +757,8 @@ const ConvShape conv_shapes[] = {{32, 128, 64, 64, 3}, {8, 1024, 128, 128, 5}, {
 
 class Conv {
  public:
+  static constexpr bool inference = true;  // libtorch without autograd, like attend's eval mode
+
   explicit Conv(const ConvShape& s)
       : s_(s),
         generator_(11),
@@ -776,12 +869,12 @@ void run_part(const Shape (&shapes)[N], const Table& table, const std::string& t
   for (const Shape& s : shapes) {
     if (wanted && !wanted(s)) continue;
     cases.push_back(std::make_unique<Case>(s));  // outside inference mode: libtorch's modules get parameters
-    c10::InferenceMode inference_mode;           // libtorch: no autograd bookkeeping, like attend's eval mode
+    c10::InferenceMode inference_mode(Case::inference);  // no autograd bookkeeping, like attend's eval mode
     cases.back()->check_agreement();
   }
   table.header(title);
   for (auto& c : cases) {
-    c10::InferenceMode inference_mode;
+    c10::InferenceMode inference_mode(Case::inference);
     std::vector<Contender> contenders = c->contenders();
     const std::size_t own = contenders.size();
     for (Contender& g : sgemm.contenders()) contenders.push_back({"sgemm_" + g.name, std::move(g.run)});
@@ -805,6 +898,7 @@ int main(int argc, char** argv) try {
   Sgemm sgemm;
   const Table attention_table("(batch,n,d,heads)",
                               {"attend", "attend_direct", "attend_tiled", "torch_mha", "torch_fused"});
+  const Table training_table("(batch,n,d,heads)", {"attend", "attend_direct", "attend_tiled", "torch_mha"});
   const Table rnn_table("(b,steps,in,hid)", {"attend", "torch"});
   const Table conv_table("(b,steps,in,out,k)", {"attend", "torch"});
   for (int threads : options.threads) {
@@ -823,6 +917,13 @@ int main(int argc, char** argv) try {
                           sgemm, results,
                           std::function<bool(const AttentionShape&)>(
                               [&](const AttentionShape& s) { return s.n <= options.max_n; }));
+    if (options.training)
+      run_part<AttentionTraining>(attention_shapes, training_table,
+                                  "multi-head self-attention, one training step (forward + backward)" + at, options,
+                                  threads, sgemm, results,
+                                  std::function<bool(const AttentionShape&)>([&](const AttentionShape& s) {
+                                    return s.n <= std::min<Index>(options.max_n, 4096);
+                                  }));
     if (options.rnn) run_part<Rnn>(rnn_shapes, rnn_table, "RNN (tanh, batch_first)" + at, options, threads, sgemm,
                                    results);
     if (options.conv1d)

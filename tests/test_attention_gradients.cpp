@@ -2,25 +2,26 @@
 // d2l's code (tests/reference/make_training_fixtures.py), against central finite differences in double with dropout
 // and every kind of mask, the tiled path against the direct one over many blocks, 1 and 2 threads bit for bit, and
 // the errors.
+#include <attend/additive_attention.hpp>
 #include <attend/attention_gradients.hpp>
 #include <attend/dot_product_attention.hpp>
 #include <attend/mask.hpp>
 #include <attend/multi_head_attention.hpp>
 #include <attend/threads.hpp>
 #include <catch2/catch.hpp>
-#include <support/finite_difference.hpp>
-#include <support/fixture.hpp>
-#include <support/lens.hpp>
-#include <support/matchers.hpp>
-#include <support/random_tensor.hpp>
-
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <support/finite_difference.hpp>
+#include <support/fixture.hpp>
+#include <support/lens.hpp>
+#include <support/matchers.hpp>
+#include <support/random_tensor.hpp>
 #include <vector>
 
+using attend::AdditiveAttention;
 using attend::AttentionGradients;
 using attend::AttentionPath;
 using attend::DotProductAttention;
@@ -103,7 +104,8 @@ void check_parameter_gradients(MultiHeadAttention<Scalar>& attention, const Fixt
   const auto check = [&](attend::Linear<Scalar>& linear, const std::string& layer) {
     CAPTURE(layer);
     REQUIRE_THAT(linear.weight_grad(), Near(fx.matrix<double>(layer + ".weight_grad"), gradient_tolerance<Scalar>()));
-    if (bias) REQUIRE_THAT(linear.bias_grad(), Near(fx.vector<double>(layer + ".bias_grad"), gradient_tolerance<Scalar>()));
+    if (bias)
+      REQUIRE_THAT(linear.bias_grad(), Near(fx.vector<double>(layer + ".bias_grad"), gradient_tolerance<Scalar>()));
   };
   check(attention.W_q(), "W_q");
   check(attention.W_k(), "W_k");
@@ -195,8 +197,7 @@ TEST_CASE("MultiHeadAttention::backward agrees with finite differences, with dro
   Tensor3<bool> keep(1, 3, 6);
   keep.setConstant(true);
   keep(0, 1, 2) = keep(0, 2, 0) = keep(0, 2, 5) = false;
-  const Mask masks[] = {Mask{}, Mask(ValidLens{4, 0}), Mask::causal(),
-                        Mask(ValidLens{5, 2}) && Mask::keep(keep),
+  const Mask masks[] = {Mask{}, Mask(ValidLens{4, 0}), Mask::causal(), Mask(ValidLens{5, 2}) && Mask::keep(keep),
                         Mask(ValidLens{0, 3}).when_fully_masked(FullyMasked::zero)};
   const Tensor3<double> queries = random_tensor<double>(2, 3, 4, 201), keys = random_tensor<double>(2, 6, 5, 202),
                         values = random_tensor<double>(2, 6, 3, 203), dY = random_tensor<double>(2, 3, 8, 204);
@@ -215,10 +216,13 @@ TEST_CASE("MultiHeadAttention::backward agrees with finite differences, with dro
         };
         loss();
         const AttentionGradients<double> g = attention.backward(dY);
-        REQUIRE_THAT(g.queries, Near(attend_test::finite_difference(q, loss), attend_test::finite_difference_tolerance()));
+        REQUIRE_THAT(g.queries,
+                     Near(attend_test::finite_difference(q, loss), attend_test::finite_difference_tolerance()));
         REQUIRE_THAT(g.keys, Near(attend_test::finite_difference(k, loss), attend_test::finite_difference_tolerance()));
-        REQUIRE_THAT(g.values, Near(attend_test::finite_difference(v, loss), attend_test::finite_difference_tolerance()));
-        for (attend::Linear<double>* linear : {&attention.W_q(), &attention.W_k(), &attention.W_v(), &attention.W_o()}) {
+        REQUIRE_THAT(g.values,
+                     Near(attend_test::finite_difference(v, loss), attend_test::finite_difference_tolerance()));
+        for (attend::Linear<double>* linear :
+             {&attention.W_q(), &attention.W_k(), &attention.W_v(), &attention.W_o()}) {
           const Matrix<double> dW = linear->weight_grad();
           const Vector<double> db = linear->bias_grad();
           REQUIRE_THAT(dW, Near(attend_test::finite_difference(linear->weight(), loss),
@@ -245,9 +249,38 @@ TEST_CASE("DotProductAttention::backward agrees with finite differences, with dr
       };
       loss();
       const AttentionGradients<double> g = attention.backward(dY);
-      REQUIRE_THAT(g.queries, Near(attend_test::finite_difference(q, loss), attend_test::finite_difference_tolerance()));
+      REQUIRE_THAT(g.queries,
+                   Near(attend_test::finite_difference(q, loss), attend_test::finite_difference_tolerance()));
       REQUIRE_THAT(g.keys, Near(attend_test::finite_difference(k, loss), attend_test::finite_difference_tolerance()));
       REQUIRE_THAT(g.values, Near(attend_test::finite_difference(v, loss), attend_test::finite_difference_tolerance()));
+    }
+}
+
+TEST_CASE("AdditiveAttention::backward agrees with finite differences, with dropout and masks",
+          "[gradients][additive][dropout]") {
+  const Tensor3<double> queries = random_tensor<double>(2, 3, 4, 261), keys = random_tensor<double>(2, 6, 5, 262),
+                        values = random_tensor<double>(2, 6, 3, 263), dY = random_tensor<double>(2, 3, 3, 264);
+  for (const double p : {0.0, 0.4})
+    for (const Mask& mask : {Mask{}, Mask(ValidLens{4, 0}), Mask::causal()}) {
+      CAPTURE(p);
+      attend::Generator init(265);
+      AdditiveAttention<double> attention(5, 4, 7, p, init);  // key_size 5, query_size 4, num_hiddens 7
+      Tensor3<double> q = queries, k = keys, v = values;
+      const std::function<double()> loss = [&] {
+        attention.generator().seed(266);
+        return attend_test::dot(dY, attention(q, k, v, mask));
+      };
+      loss();
+      const AttentionGradients<double> g = attention.backward(dY);
+      REQUIRE_THAT(g.queries,
+                   Near(attend_test::finite_difference(q, loss), attend_test::finite_difference_tolerance()));
+      REQUIRE_THAT(g.keys, Near(attend_test::finite_difference(k, loss), attend_test::finite_difference_tolerance()));
+      REQUIRE_THAT(g.values, Near(attend_test::finite_difference(v, loss), attend_test::finite_difference_tolerance()));
+      for (attend::Linear<double>* linear : {&attention.W_q(), &attention.W_k(), &attention.w_v()}) {
+        const Matrix<double> dW = linear->weight_grad();
+        REQUIRE_THAT(dW, Near(attend_test::finite_difference(linear->weight(), loss),
+                              attend_test::finite_difference_tolerance()));
+      }
     }
 }
 
@@ -274,8 +307,8 @@ TEMPLATE_TEST_CASE("the tiled backward gives the direct path's gradients over ma
       g[tiled] = attention.backward(dY);
       parameters[tiled] = gradients_of(attention);
     }
-    const Tolerance<TestType> tol = std::is_same_v<TestType, float> ? Tolerance<TestType>{1e-4f, 1e-5f}
-                                                                    : Tolerance<TestType>{1e-10, 1e-12};
+    const Tolerance<TestType> tol =
+        std::is_same_v<TestType, float> ? Tolerance<TestType>{1e-4f, 1e-5f} : Tolerance<TestType>{1e-10, 1e-12};
     REQUIRE_THAT(g[1].queries, Near(g[0].queries, tol));
     REQUIRE_THAT(g[1].keys, Near(g[0].keys, tol));
     REQUIRE_THAT(g[1].values, Near(g[0].values, tol));
@@ -298,8 +331,8 @@ TEMPLATE_TEST_CASE("MultiHeadAttention::backward gives the same bits on 1 and 2 
     for (int threads : {1, 2}) {
       attend::set_num_threads(threads);
       attend::Generator init(233);
-      MultiHeadAttention<TestType> attention(32, 32, 32, 32, path == AttentionPath::tiled ? 1 : 4, TestType(0.1),
-                                             true, init);
+      MultiHeadAttention<TestType> attention(32, 32, 32, 32, path == AttentionPath::tiled ? 1 : 4, TestType(0.1), true,
+                                             init);
       attention.set_path(path);
       attention(X, X, X, Mask::causal());
       g[threads - 1] = attention.backward(dY);
@@ -314,7 +347,8 @@ TEMPLATE_TEST_CASE("MultiHeadAttention::backward gives the same bits on 1 and 2 
 }
 #endif
 
-// ---- errors ----------------------------------------------------------------------------------------------------------
+// ---- errors
+// ----------------------------------------------------------------------------------------------------------
 
 TEMPLATE_TEST_CASE("attention backward: no recorded call, a grad_output of another shape, a resized parameter",
                    "[gradients][bad_input]", float, double) {
@@ -322,26 +356,34 @@ TEMPLATE_TEST_CASE("attention backward: no recorded call, a grad_output of anoth
   const Tensor3<TestType> X = random_tensor<TestType>(2, 3, 4, 241);
   const Tensor3<TestType> dY = random_tensor<TestType>(2, 3, 8, 242);
   REQUIRE_THROWS_AS(attention.backward(dY), std::logic_error);
-  REQUIRE_THROWS_WITH(attention.backward(dY), Contains("MultiHeadAttention::backward") &&
-                                                  Contains("no recorded call"));
+  REQUIRE_THROWS_WITH(attention.backward(dY), Contains("MultiHeadAttention::backward") && Contains("no recorded call"));
   attention.forward(X, X, X);  // records nothing
   REQUIRE_THROWS_AS(attention.backward(dY), std::logic_error);
 
   attention(X, X, X, ValidLens{2, 3});
   const Tensor3<TestType> wrong = random_tensor<TestType>(2, 3, 7, 243);
   REQUIRE_THROWS_AS(attention.backward(wrong), std::invalid_argument);
-  REQUIRE_THROWS_WITH(attention.backward(wrong), Contains("MultiHeadAttention::backward") &&
-                                                     Contains("grad_output") && Contains("(2, 3, 8)") &&
-                                                     Contains("(2, 3, 7)"));
+  REQUIRE_THROWS_WITH(attention.backward(wrong), Contains("MultiHeadAttention::backward") && Contains("grad_output") &&
+                                                     Contains("(2, 3, 8)") && Contains("(2, 3, 7)"));
   for (TestType x : gradients_of(attention)) REQUIRE(x == TestType(0));  // nothing added by the failed calls
 
   attention.W_k().weight_grad().resize(3, 3);
   REQUIRE_THROWS_AS(attention.backward(dY), std::invalid_argument);
-  REQUIRE_THROWS_WITH(attention.backward(dY), Contains("MultiHeadAttention::backward") && Contains("weight") &&
-                                                  Contains("resized"));
+  REQUIRE_THROWS_WITH(attention.backward(dY),
+                      Contains("MultiHeadAttention::backward") && Contains("weight") && Contains("resized"));
   attention.W_k().weight_grad().setZero(8, 4);
   for (TestType x : gradients_of(attention)) REQUIRE(x == TestType(0));
   attention.backward(dY);  // and with the buffer back in shape it runs
+
+  AdditiveAttention<TestType> additive(4, 4, 5, TestType(0));
+  REQUIRE_THROWS_AS(additive.backward(X), std::logic_error);
+  REQUIRE_THROWS_WITH(additive.backward(X), Contains("AdditiveAttention::backward") && Contains("no recorded call"));
+  additive.forward(X, X, X);  // records nothing
+  REQUIRE_THROWS_AS(additive.backward(X), std::logic_error);
+  additive(X, X, X);
+  REQUIRE_THROWS_WITH(additive.backward(dY),
+                      Contains("AdditiveAttention::backward") && Contains("(2, 3, 4)") && Contains("(2, 3, 8)"));
+  for (TestType x : gradients_of(additive)) REQUIRE(x == TestType(0));
 
   DotProductAttention<TestType> plain(TestType(0));
   REQUIRE_THROWS_WITH(plain.backward(dY), Contains("DotProductAttention::backward") && Contains("no recorded call"));

@@ -216,7 +216,8 @@ TEMPLATE_TEST_CASE("the attention dropout mask: a pure function of its place, dr
       // Any part of a row, from any key on (a block of the tiled path), gets the same factors.
       std::vector<TestType> part(static_cast<std::size_t>(keys - 37), TestType(1));
       dropout.apply(part.data(), keys - 37, pair, q, 37);
-      for (Index k = 37; k < keys; ++k) REQUIRE(part[static_cast<std::size_t>(k - 37)] == row[static_cast<std::size_t>(k)]);
+      for (Index k = 37; k < keys; ++k)
+        REQUIRE(part[static_cast<std::size_t>(k - 37)] == row[static_cast<std::size_t>(k)]);
     }
   // 38976 draws: the fraction within 5 standard deviations (0.0023) of p.
   const double fraction = static_cast<double>(dropped) / static_cast<double>(3 * queries * keys);

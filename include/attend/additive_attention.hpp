@@ -5,18 +5,28 @@
 //   output  = dropout(weights) V                      (batch, queries, value_dim)
 // Queries and keys may have different sizes; the constructor's argument order is d2l's.
 // state_dict() uses d2l's names: W_k.weight, W_q.weight, w_v.weight.
+//
+// Training: operator() records its inputs, the projections and the dropout seed for backward(grad_output). With
+// f_ij = tanh(q_i + k_j), dS the gradient of the scores (softmax_backward_row, detail/mask_row.hpp) and F the
+// dropout's factors:  dV = (P F)^T dO;  dS = softmax_backward(P, (dO V^T) F);  dw_v += sum_ij dS_ij f_ij;
+// dq_i += sum_j dS_ij w_v (1 - f_ij^2), dk_j likewise over i; then W_q's and W_k's backward passes.
 #pragma once
 
+#include <attend/attention_gradients.hpp>
 #include <attend/config.hpp>
-
 #include <attend/detail/attend_rows.hpp>
+#include <attend/detail/attention_dropout.hpp>
+#include <attend/detail/mask_row.hpp>
 #include <attend/linear.hpp>
 #include <attend/mask.hpp>
 #include <attend/module.hpp>
+#include <attend/parameter.hpp>
 #include <attend/random.hpp>
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <attend/valid_lens.hpp>
+#include <string>
+#include <vector>
 
 namespace attend {
 inline namespace ATTEND_ABI {
@@ -36,39 +46,91 @@ class AdditiveAttention : public Module {
 
   // queries (batch, q, query_size), keys (batch, k, key_size), values (batch, k, v) -> (batch, q, v)
   // mask: none; valid lengths (batch,) or (batch, q); or any Mask, keep tensor (batch or 1, q, k)
+  // Keeps the weights (attention_weights()) and records the call for backward().
   Tensor3<Scalar> operator()(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
                              const Mask& mask = {}) {
-    constexpr const char* where = "AdditiveAttention";
-    W_q_.require_parameters("AdditiveAttention W_q");
-    W_k_.require_parameters("AdditiveAttention W_k");
-    w_v_.require_parameters("AdditiveAttention w_v");
-    detail::require_dim(queries, 2, W_q_.in_features(), where, "queries", "features (query_size)");
-    detail::require_dim(keys, 2, W_k_.in_features(), where, "keys", "features (key_size)");
-    detail::require_same_dim(queries, keys, 0, where, "queries", "keys", "batch size");
-    detail::require_same_dim(keys, values, 0, where, "keys", "values", "batch size");
-    detail::require_same_dim(keys, values, 1, where, "keys", "values", "number of steps");
-    const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
-    mask.require_shape(batch, num_queries, num_keys, where);
-
-    const Tensor3<Scalar> q = W_q_(queries);                          // (batch, q, num_hiddens)
-    const Tensor3<Scalar> k = W_k_(keys);                             // (batch, k, num_hiddens)
-    const auto w_v = w_v_.weight().row(0).transpose();                // (num_hiddens)
-    Tensor3<Scalar> weights(batch, num_queries, num_keys);            // (batch, q, k)
-    Tensor3<Scalar> output(batch, num_queries, values.dimension(2));  // (batch, q, v)
+    check(queries, keys, values, mask, "AdditiveAttention");
     const bool drop = is_training() && dropout_ > Scalar(0);
-    for (Index b = 0; b < batch; ++b) {
-      const auto k_b = detail::slice(k, b);     // (k, num_hiddens)
-      auto scores = detail::slice(weights, b);  // (q, k)
-      for (Index i = 0; i < num_queries; ++i) {
-        // features: (k, num_hiddens) = tanh(q_i + k_j) for every key j
-        const Matrix<Scalar> features = (k_b.rowwise() + detail::slice(q, b).row(i)).array().tanh().matrix();
-        scores.row(i).noalias() = (features * w_v).transpose();
-      }
-      auto out = detail::slice(output, b);  // (q, v)
-      detail::attend_rows(scores, mask, b, detail::slice(values, b), out, dropout_, drop ? &generator_ : nullptr);
-    }
+    const detail::AttentionDropout dropout =
+        drop ? detail::AttentionDropout(static_cast<double>(dropout_), generator_.next()) : detail::AttentionDropout();
+    recorded_ = false;
+    Tensor3<Scalar> weights;  // (batch, q, k)
+    Tensor3<Scalar> output = run(queries, keys, values, mask, dropout, weights, record_.q, record_.k);
     attention_weights_ = std::move(weights);
+    record_.queries = queries;
+    record_.keys = keys;
+    record_.values = values;
+    record_.mask = mask;
+    record_.dropout = dropout;
+    recorded_ = true;
     return output;
+  }
+
+  // The evaluation-mode output, whatever is_training(): no dropout, nothing kept or recorded.
+  Tensor3<Scalar> forward(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
+                          const Mask& mask = {}) const {
+    check(queries, keys, values, mask, "AdditiveAttention::forward");
+    Tensor3<Scalar> weights, q, k;  // (batch, q, k), (batch, q, num_hiddens), (batch, k, num_hiddens)
+    return run(queries, keys, values, mask, detail::AttentionDropout(), weights, q, k);
+  }
+
+  // grad_output (batch, q, v), the gradient of the last operator() call's output -> AttentionGradients {queries,
+  // keys, values} of that call's shapes; adds the gradients of W_q, W_k and w_v. Throws std::logic_error when no
+  // call was recorded, std::invalid_argument for a grad_output of another shape or a parameter or gradient resized;
+  // a call that throws changes nothing.
+  AttentionGradients<Scalar> backward(const Tensor3<Scalar>& grad_output) {
+    constexpr const char* where = "AdditiveAttention::backward";
+    detail::require_recorded(recorded_, where, "AdditiveAttention");
+    W_q_.require_parameters(where);
+    W_k_.require_parameters(where);
+    w_v_.require_parameters(where);
+    W_q_.require_gradients(where);
+    W_k_.require_gradients(where);
+    w_v_.require_gradients(where);
+    const Record& r = record_;
+    const Index batch = r.queries.dimension(0), num_queries = r.queries.dimension(1), num_keys = r.keys.dimension(1);
+    const Index hiddens = w_v_.in_features(), dv = r.values.dimension(2);
+    detail::require_shape(grad_output, {batch, num_queries, dv}, where, "grad_output", "(batch, queries, value_dim)");
+    const auto w_v = w_v_.weight().row(0).transpose();  // (num_hiddens)
+    AttentionGradients<Scalar> g{Tensor3<Scalar>(), Tensor3<Scalar>(), Tensor3<Scalar>(r.values.dimensions())};
+    Tensor3<Scalar> dq(batch, num_queries, hiddens), dk(batch, num_keys, hiddens);  // dL/d(projections)
+    dq.setZero();
+    dk.setZero();
+    Matrix<Scalar> dw_v = Matrix<Scalar>::Zero(1, hiddens);  // (1, num_hiddens)
+    Matrix<Scalar> dropped, dP;                              // (q, k) each
+    Vector<Scalar> f(hiddens), d_pre(hiddens);               // (num_hiddens) each
+    for (Index b = 0; b < batch; ++b) {
+      const auto P = detail::slice(attention_weights_, b);  // (q, k)
+      const auto dO = detail::slice(grad_output, b);        // (q, v)
+      const auto V = detail::slice(r.values, b);            // (k, v)
+      dropped = P;
+      for (Index i = 0; i < num_queries; ++i) r.dropout.apply(dropped.data() + i * num_keys, num_keys, b, i, Index(0));
+      detail::slice(g.values, b).noalias() = dropped.transpose() * dO;  // (k, v)
+      dP.noalias() = dO * V.transpose();                                // (q, k)
+      for (Index i = 0; i < num_queries; ++i) {
+        Scalar* row = dP.data() + i * num_keys;
+        r.dropout.apply(row, num_keys, b, i, Index(0));
+        const VisibleKeys seen = r.mask.visible_keys(b, i, num_queries, num_keys);
+        detail::softmax_backward_row(P.data() + i * num_keys, row, row, num_keys, seen);
+        seen.for_each([&](Index j) {  // a masked key's dS is 0: it adds nothing
+          f = (detail::slice(r.q, b).row(i) + detail::slice(r.k, b).row(j)).transpose().array().tanh().matrix();
+          dw_v.row(0) += dP(i, j) * f.transpose();
+          d_pre = dP(i, j) * (w_v.array() * (Scalar(1) - f.array().square())).matrix();
+          detail::slice(dq, b).row(i) += d_pre.transpose();
+          detail::slice(dk, b).row(j) += d_pre.transpose();
+        });
+      }
+    }
+    w_v_.weight_grad() += dw_v;
+    g.queries = W_q_.backward_from(r.queries, dq);
+    g.keys = W_k_.backward_from(r.keys, dk);
+    return g;
+  }
+
+  // Every parameter's gradient to 0; the parameters with their gradients, in state_dict() order.
+  void zero_grad() { detail::zero_grad_of(*this); }
+  std::vector<Parameter<Scalar>> parameters() {
+    return detail::parameters_of<Scalar>(*this, "AdditiveAttention::parameters");
   }
 
   Linear<Scalar>& W_q() { return W_q_; }  // (num_hiddens, query_size), no bias
@@ -81,9 +143,7 @@ class AdditiveAttention : public Module {
 
   // W_k.weight (num_hiddens, key_size), W_q.weight (num_hiddens, query_size), w_v.weight (1, num_hiddens), in
   // d2l's order; see state_dict.hpp.
-  StateDict<Scalar> state_dict() const {
-    return detail::state_dict_of<Scalar>(*this, "AdditiveAttention::state_dict");
-  }
+  StateDict<Scalar> state_dict() const { return detail::state_dict_of<Scalar>(*this, "AdditiveAttention::state_dict"); }
   void load_state_dict(const StateDict<Scalar>& dict) {
     detail::load_state_dict_into(*this, dict, "AdditiveAttention::load_state_dict");
   }
@@ -98,7 +158,62 @@ class AdditiveAttention : public Module {
     visit_parameters_of(*this, visit);
   }
 
+  // The same with each parameter's gradient: visit(name, parameter, gradient, shape).
+  template <class Visit>
+  void visit_with_gradients(Visit&& visit) {
+    W_k_.visit_with_gradients(detail::prefixed("W_k.", visit));
+    W_q_.visit_with_gradients(detail::prefixed("W_q.", visit));
+    w_v_.visit_with_gradients(detail::prefixed("w_v.", visit));
+  }
+
  private:
+  // What operator() keeps for backward().
+  struct Record {
+    Tensor3<Scalar> queries, keys, values;  // the call's inputs
+    Tensor3<Scalar> q, k;                   // (batch, q, num_hiddens), (batch, k, num_hiddens): the projections
+    Mask mask;
+    detail::AttentionDropout dropout;
+  };
+
+  void check(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
+             const Mask& mask, const char* where) const {
+    const std::string prefix(where);
+    W_q_.require_parameters((prefix + " W_q").c_str());
+    W_k_.require_parameters((prefix + " W_k").c_str());
+    w_v_.require_parameters((prefix + " w_v").c_str());
+    detail::require_dim(queries, 2, W_q_.in_features(), where, "queries", "features (query_size)");
+    detail::require_dim(keys, 2, W_k_.in_features(), where, "keys", "features (key_size)");
+    detail::require_same_dim(queries, keys, 0, where, "queries", "keys", "batch size");
+    detail::require_same_dim(keys, values, 0, where, "keys", "values", "batch size");
+    detail::require_same_dim(keys, values, 1, where, "keys", "values", "number of steps");
+    mask.require_shape(queries.dimension(0), queries.dimension(1), keys.dimension(1), where);
+  }
+
+  // The forward pass on checked arguments: the weights (batch, q, k) and the projections q, k into the caller's
+  // tensors; dropout on the weights that multiply the values (pair b for batch row b).
+  Tensor3<Scalar> run(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
+                      const Mask& mask, const detail::AttentionDropout& dropout, Tensor3<Scalar>& weights,
+                      Tensor3<Scalar>& q, Tensor3<Scalar>& k) const {
+    const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
+    q = W_q_.forward(queries);                          // (batch, q, num_hiddens)
+    k = W_k_.forward(keys);                             // (batch, k, num_hiddens)
+    const auto w_v = w_v_.weight().row(0).transpose();  // (num_hiddens)
+    weights.resize(batch, num_queries, num_keys);
+    Tensor3<Scalar> output(batch, num_queries, values.dimension(2));  // (batch, q, v)
+    for (Index b = 0; b < batch; ++b) {
+      const auto k_b = detail::slice(k, b);     // (k, num_hiddens)
+      auto scores = detail::slice(weights, b);  // (q, k)
+      for (Index i = 0; i < num_queries; ++i) {
+        // features: (k, num_hiddens) = tanh(q_i + k_j) for every key j
+        const Matrix<Scalar> features = (k_b.rowwise() + detail::slice(q, b).row(i)).array().tanh().matrix();
+        scores.row(i).noalias() = (features * w_v).transpose();
+      }
+      auto out = detail::slice(output, b);  // (q, v)
+      detail::attend_rows(scores, mask, b, detail::slice(values, b), out, dropout);
+    }
+    return output;
+  }
+
   template <class Self, class Visit>
   static void visit_parameters_of(Self& self, Visit& visit) {
     self.W_k_.visit_parameters(detail::prefixed("W_k.", visit));
@@ -121,6 +236,8 @@ class AdditiveAttention : public Module {
   Scalar dropout_;
   Generator generator_;
   Tensor3<Scalar> attention_weights_;  // (batch, q, k)
+  Record record_;                      // of the last operator() call
+  bool recorded_ = false;
 };
 
 }  // namespace ATTEND_ABI

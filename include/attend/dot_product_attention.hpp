@@ -6,10 +6,11 @@
 // It has no parameters: state_dict() is empty, as d2l's.
 //
 // Two paths (attention_path.hpp): the direct one above, which keeps the weights, and a tiled online-softmax kernel
-// that forms none, taken automatically in evaluation mode when the weights would not fit the cache budget;
-// set_path() chooses explicitly. Training: operator() records its inputs for backward(grad_output), which returns
-// the gradients of queries, keys and values (detail/attention_backward.hpp); there are no parameters. forward() is the const, reentrant evaluation-mode pass: any number of threads may
-// call it at once on one module, as long as none modifies the module meanwhile.
+// that forms none, taken automatically when the weights would not fit the cache budget; set_path() chooses
+// explicitly. Training: operator() records its inputs for backward(grad_output), which returns the gradients of
+// queries, keys and values on the path the call took (detail/attention_backward.hpp); there are no parameters.
+// forward() is the const, reentrant evaluation-mode pass: any number of threads may call it at once on one module,
+// as long as none modifies the module meanwhile.
 #pragma once
 
 #include <attend/config.hpp>

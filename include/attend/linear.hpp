@@ -100,6 +100,14 @@ class Linear : public Module {
     if (has_bias_) bias_grad_ += dY.colwise().sum().transpose();
   }
 
+  // backward() for an input its caller recorded: X (batch, steps, in_features), the input of the call being
+  // differentiated, dY (batch, steps, out_features) -> dX; adds dW and db. Shapes are the caller's to check.
+  Tensor3<Scalar> backward_from(const Tensor3<Scalar>& X, const Tensor3<Scalar>& dY) {
+    Tensor3<Scalar> dX(X.dimension(0), X.dimension(1), in_features_);  // (batch, steps, in_features)
+    backward_rows(detail::as_matrix(X), detail::as_matrix(dY), dX.data());
+    return dX;
+  }
+
   // The gradients backward() adds to: weight's (out_features, in_features) and bias's (out_features, empty without
   // a bias), zero at construction.
   Matrix<Scalar>& weight_grad() { return weight_grad_; }

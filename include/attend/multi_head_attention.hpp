@@ -11,9 +11,9 @@
 // attention_weights() row b * num_heads + h is head h of row b.
 //
 // Two paths compute the heads (attention_path.hpp): the direct one above, which keeps the weights, and a tiled
-// online-softmax kernel that forms none, taken automatically in evaluation mode when the weights would not fit the
-// cache budget; set_path() chooses explicitly. operator() reuses a workspace of its own, so a call with the shapes of
-// the previous one allocates only its output (and, on the direct path, nothing new for its weights). forward() is
+// online-softmax kernel that forms none, taken automatically when the weights would not fit the cache budget;
+// set_path() chooses explicitly. operator() reuses a workspace of its own, so a call with the shapes of the previous
+// one allocates only its output and its record (and, on the direct path, nothing new for its weights). forward() is
 // the const, reentrant evaluation-mode pass: any number of threads may call it at once on one module, as long as
 // none modifies the module meanwhile (operator(), train(), eval(), set_path(), weight(), load_state_dict()).
 //

@@ -24,8 +24,9 @@
 //                with a fresh workspace or a reused one, on 1 or 2 threads, returns bit for bit what operator()
 //                returns in evaluation mode on the same path, and changes nothing in the module;
 //                attention_weights() throws std::logic_error exactly after a call that took the tiled path (which
-//                is worked out here: never with dropout active, always when set to tiled, and for automatic when the
-//                weights would take more than 1 MiB).
+//                is worked out here: always when set to tiled, and for automatic when the weights would take more
+//                than 1 MiB, in either mode); backward() on that call accepts a grad_output of the output's shape,
+//                refuses another, and returns gradients of the inputs' shapes.
 // A violation prints what went wrong and traps, which libFuzzer reports as a crash and saves the input.
 //
 // The bytes are read front to back, one field per byte (a value may take one byte, a tensor a few); past the end of
@@ -687,11 +688,11 @@ using path_t = decltype(std::declval<const T&>().path());
 template <class T>
 using has_path = detects<path_t, T>;
 
-// Whether a call takes the tiled path, as attention_path.hpp states it: never with dropout active (training mode,
-// p > 0); otherwise as set, and for automatic when the (batch * heads, queries, keys) weights take more than 1 MiB.
+// Whether a call takes the tiled path, as attention_path.hpp states it: as set, and for automatic when the
+// (batch * heads, queries, keys) weights take more than 1 MiB; in training and evaluation alike.
 template <class Scalar>
-bool takes_tiled(attend::AttentionPath path, bool dropout_active, Index weights) {
-  if (dropout_active || path == attend::AttentionPath::direct) return false;
+bool takes_tiled(attend::AttentionPath path, Index weights) {
+  if (path == attend::AttentionPath::direct) return false;
   if (path == attend::AttentionPath::tiled) return true;
   return static_cast<double>(weights) * sizeof(Scalar) > double(1 << 20);
 }
@@ -708,6 +709,23 @@ std::string text(const Parts&... parts) {
   std::ostringstream out;
   (out << ... << parts);
   return out.str();
+}
+
+// backward() on the call just made: a grad_output of the output's shape (or, when bit 0 of the first byte is set,
+// one more feature, which it must refuse), then the gradients of the inputs' shapes.
+// Bytes: the flag, then grad_output.
+template <class Scalar, class Attention>
+void fuzz_backward(const std::string& on, Input& in, Attention& attention, const std::vector<Tensor3<Scalar>>& inputs,
+                   Dims output) {
+  const bool wrong = (in.byte() & 1) != 0;
+  const Tensor3<Scalar> dY = in.tensor<Scalar>({output.d0, output.d1, output.d2 + (wrong ? 1 : 0)});
+  std::optional<attend::AttentionGradients<Scalar>> g;
+  if (!run_expecting(on + "backward(grad_output " + text(dims_of(dY)) + ")", !wrong,
+                     [&] { g = attention.backward(dY); }))
+    return;
+  expect_shape(g->queries, dims_of(inputs[0]), on + "backward(): the queries' gradient");
+  expect_shape(g->keys, dims_of(inputs[1]), on + "backward(): the keys' gradient");
+  expect_shape(g->values, dims_of(inputs[2]), on + "backward(): the values' gradient");
 }
 
 // The path and the thread count, then forward() and operator() on the last call's arguments (point 6 at the top).
@@ -763,24 +781,25 @@ void fuzz_paths(const std::string& name, Input& in, Attention& attention, const 
     for (const auto& F : forwards)
       expect(bytes_of(F->data(), F->size()) == bytes_of(Y->data(), Y->size()), on,
              "forward() is not bit for bit operator() in evaluation mode");
-    const bool tiled = takes_tiled<Scalar>(attention.path(), false, weights);
+    const bool tiled = takes_tiled<Scalar>(attention.path(), weights);
     expect(state_of(attention).no_weights == tiled, on, "operator() (evaluation): attention_weights() ",
            tiled ? "returned after a tiled call" : "threw after a direct call");
     if (!tiled) expect_weights(attention, *Y, inputs, spec, rules, on + "operator() (evaluation)");
   }
 
-  // operator() in the module's mode: with dropout active the call takes the direct path, whatever is set.
+  // operator() in the module's mode, on the path set, with dropout too.
   attention.train(training);
   const bool dropout_active = training && attention.dropout() > 0;
   const auto Z = checked(training ? "operator() (training)" : "operator() (evaluation), again", call);
   if (Z) {
-    const bool tiled = takes_tiled<Scalar>(attention.path(), dropout_active, weights);
+    const bool tiled = takes_tiled<Scalar>(attention.path(), weights);
     expect(state_of(attention).no_weights == tiled, on, "operator(): attention_weights() ",
            tiled ? "returned after a tiled call" : "threw after a direct call");
     if (!tiled) expect_weights(attention, *Z, inputs, spec, rules, on + "operator()");
     if (!dropout_active)
       expect(bytes_of(Z->data(), Z->size()) == bytes_of(Y->data(), Y->size()), on,
              "operator() without dropout gave another result the second time");
+    fuzz_backward<Scalar>(on, in, attention, inputs, dims_of(*Z));
   }
 }
 

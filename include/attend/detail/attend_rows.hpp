@@ -17,10 +17,8 @@
 #include <attend/detail/heads.hpp>
 #include <attend/detail/kernels.hpp>
 #include <attend/detail/tuning.hpp>
-#include <attend/dropout.hpp>
 #include <attend/mask.hpp>
 #include <attend/masked_softmax.hpp>
-#include <attend/random.hpp>
 #include <attend/tensor.hpp>
 #include <attend/threads.hpp>
 
@@ -78,17 +76,19 @@ void weights_times_values(const Eigen::MatrixBase<Weights>& weights, const Mask&
 
 // scores: (queries, keys), row-major, in place -> weights
 // values: (keys, value_dim); output: (queries, value_dim)
-// generator: null when dropout is off (evaluation mode or p = 0).
-template <class Scalar, class Scores, class Values, class Output>
+// dropout: on the weights that multiply the values, its pair b.
+template <class Scores, class Values, class Output>
 void attend_rows(Eigen::MatrixBase<Scores>& scores, const Mask& mask, Index b, const Eigen::MatrixBase<Values>& values,
-                 Eigen::MatrixBase<Output>& output, Scalar dropout, Generator* generator) {
+                 Eigen::MatrixBase<Output>& output, const AttentionDropout& dropout) {
+  using Scalar = typename Scores::Scalar;
   const Kernels<Scalar>& kernel = kernels<Scalar>();
   masked_softmax_block(scores, mask, b);
-  if (generator == nullptr) {
+  if (!dropout.active()) {
     weights_times_values(scores, mask, b, values, output, kernel);
   } else {
     Matrix<Scalar> dropped = scores;  // (queries, keys)
-    dropout_inplace(dropped, dropout, *generator);
+    for (Index i = 0; i < dropped.rows(); ++i)
+      dropout.apply(dropped.data() + i * dropped.cols(), dropped.cols(), b, i, Index(0));
     weights_times_values(dropped, mask, b, values, output, kernel);
   }
 }

@@ -14,7 +14,6 @@
 #pragma once
 
 #include <attend/config.hpp>
-
 #include <attend/detail/attention_dropout.hpp>
 #include <attend/detail/flash_backward.hpp>
 #include <attend/detail/heads.hpp>
@@ -23,7 +22,6 @@
 #include <attend/mask.hpp>
 #include <attend/tensor.hpp>
 #include <attend/threads.hpp>
-
 #include <cmath>
 #include <vector>
 
@@ -75,44 +73,46 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
   parallel_for(batch * kv_heads, pair_work * static_cast<double>(std::max(d, dv)),
                pair_work * static_cast<double>(batch * num_heads) * static_cast<double>(2 * d + 2 * dv),
                [&](Index kv_pair, int thread) {
-    AttentionBackwardScratch<Scalar>& s = scratch[static_cast<std::size_t>(thread)];
-    const Index b = kv_pair / kv_heads, g = kv_pair % kv_heads;
-    const auto Kg = K.head(b, g);  // (keys, d)
-    const auto Vg = V.head(b, g);  // (keys, dv)
-    auto dKg = dK.head(b, g);      // (keys, d)
-    auto dVg = dV.head(b, g);      // (keys, dv)
-    dKg.setZero();
-    dVg.setZero();
-    kernel.transpose_into(Vg.data(), Vg.outerStride(), num_keys, dv, s.VT.data(), s.VT.outerStride());
-    for (Index h = g * group; h < (g + 1) * group; ++h) {
-      const Index pair = b * num_heads + h;
-      const auto Qh = Q.head(b, h);    // (queries, d)
-      const auto dOh = dO.head(b, h);  // (queries, dv)
-      auto dQh = dQ.head(b, h);        // (queries, d)
-      const Scalar* P = weights.data() + pair * num_queries * num_keys;  // (queries, keys)
-      // dV_g += P~^T dO
-      s.A = Eigen::Map<const Matrix<Scalar>>(P, num_queries, num_keys);
-      for (Index i = 0; i < num_queries; ++i) dropout.apply(s.A.data() + i * num_keys, num_keys, pair, i, Index(0));
-      kernel.transpose_into(s.A.data(), num_keys, num_queries, num_keys, s.AT.data(), num_queries);
-      kernel.rows_times_matrix(true, s.AT.data(), num_queries, num_keys, num_queries, dOh.data(), dOh.outerStride(),
-                               dv, false, nullptr, dVg.data(), dVg.outerStride());
-      // dP = (dO V_g^T) * F, then scale dS row by row
-      kernel.rows_times_matrix(false, dOh.data(), dOh.outerStride(), num_queries, dv, s.VT.data(),
-                               s.VT.outerStride(), num_keys, true, nullptr, s.A.data(), num_keys);
-      for (Index i = 0; i < num_queries; ++i) {
-        Scalar* row = s.A.data() + i * num_keys;  // (keys)
-        dropout.apply(row, num_keys, pair, i, Index(0));
-        softmax_backward_row(P + i * num_keys, row, row, num_keys, mask.visible_keys(b, i, num_queries, num_keys));
-      }
-      s.A *= scale;
-      // dQ_h = scale dS K_g;  dK_g += scale dS^T Q_h
-      kernel.rows_times_matrix(false, s.A.data(), num_keys, num_queries, num_keys, Kg.data(), Kg.outerStride(), d,
-                               false, nullptr, dQh.data(), dQh.outerStride());
-      kernel.transpose_into(s.A.data(), num_keys, num_queries, num_keys, s.AT.data(), num_queries);
-      kernel.rows_times_matrix(true, s.AT.data(), num_queries, num_keys, num_queries, Qh.data(), Qh.outerStride(), d,
-                               false, nullptr, dKg.data(), dKg.outerStride());
-    }
-  });
+                 AttentionBackwardScratch<Scalar>& s = scratch[static_cast<std::size_t>(thread)];
+                 const Index b = kv_pair / kv_heads, g = kv_pair % kv_heads;
+                 const auto Kg = K.head(b, g);  // (keys, d)
+                 const auto Vg = V.head(b, g);  // (keys, dv)
+                 auto dKg = dK.head(b, g);      // (keys, d)
+                 auto dVg = dV.head(b, g);      // (keys, dv)
+                 dKg.setZero();
+                 dVg.setZero();
+                 kernel.transpose_into(Vg.data(), Vg.outerStride(), num_keys, dv, s.VT.data(), s.VT.outerStride());
+                 for (Index h = g * group; h < (g + 1) * group; ++h) {
+                   const Index pair = b * num_heads + h;
+                   const auto Qh = Q.head(b, h);                                      // (queries, d)
+                   const auto dOh = dO.head(b, h);                                    // (queries, dv)
+                   auto dQh = dQ.head(b, h);                                          // (queries, d)
+                   const Scalar* P = weights.data() + pair * num_queries * num_keys;  // (queries, keys)
+                   // dV_g += P~^T dO
+                   s.A = Eigen::Map<const Matrix<Scalar>>(P, num_queries, num_keys);
+                   for (Index i = 0; i < num_queries; ++i)
+                     dropout.apply(s.A.data() + i * num_keys, num_keys, pair, i, Index(0));
+                   kernel.transpose_into(s.A.data(), num_keys, num_queries, num_keys, s.AT.data(), num_queries);
+                   kernel.rows_times_matrix(true, s.AT.data(), num_queries, num_keys, num_queries, dOh.data(),
+                                            dOh.outerStride(), dv, false, nullptr, dVg.data(), dVg.outerStride());
+                   // dP = (dO V_g^T) * F, then scale dS row by row
+                   kernel.rows_times_matrix(false, dOh.data(), dOh.outerStride(), num_queries, dv, s.VT.data(),
+                                            s.VT.outerStride(), num_keys, true, nullptr, s.A.data(), num_keys);
+                   for (Index i = 0; i < num_queries; ++i) {
+                     Scalar* row = s.A.data() + i * num_keys;  // (keys)
+                     dropout.apply(row, num_keys, pair, i, Index(0));
+                     softmax_backward_row(P + i * num_keys, row, row, num_keys,
+                                          mask.visible_keys(b, i, num_queries, num_keys));
+                   }
+                   s.A *= scale;
+                   // dQ_h = scale dS K_g;  dK_g += scale dS^T Q_h
+                   kernel.rows_times_matrix(false, s.A.data(), num_keys, num_queries, num_keys, Kg.data(),
+                                            Kg.outerStride(), d, false, nullptr, dQh.data(), dQh.outerStride());
+                   kernel.transpose_into(s.A.data(), num_keys, num_queries, num_keys, s.AT.data(), num_queries);
+                   kernel.rows_times_matrix(true, s.AT.data(), num_queries, num_keys, num_queries, Qh.data(),
+                                            Qh.outerStride(), d, false, nullptr, dKg.data(), dKg.outerStride());
+                 }
+               });
 }
 
 // The backward pass of either path: the direct one's when the forward call kept its weights (weights not null),

@@ -11,7 +11,6 @@
 #include <attend/config.hpp>
 #include <attend/detail/philox.hpp>
 #include <attend/tensor.hpp>
-
 #include <cmath>
 #include <cstdint>
 
@@ -52,10 +51,10 @@ struct AttentionDropout {
  private:
   PhiloxWords words(Index pair, Index query, Index key) const {
     const auto pair_bits = static_cast<std::uint64_t>(pair);
-    return philox4x32_10({static_cast<std::uint32_t>(static_cast<std::uint64_t>(key) >> 2),
-                          static_cast<std::uint32_t>(query), static_cast<std::uint32_t>(pair_bits),
-                          static_cast<std::uint32_t>(pair_bits >> 32)},
-                         {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)});
+    return philox4x32_10(
+        {static_cast<std::uint32_t>(static_cast<std::uint64_t>(key) >> 2), static_cast<std::uint32_t>(query),
+         static_cast<std::uint32_t>(pair_bits), static_cast<std::uint32_t>(pair_bits >> 32)},
+        {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)});
   }
 };
 

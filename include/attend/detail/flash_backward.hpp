@@ -21,8 +21,8 @@
 // A key block enters an item's loop only for the query blocks that see one of its keys.
 #pragma once
 
+#include <algorithm>
 #include <attend/config.hpp>
-
 #include <attend/detail/attention_dropout.hpp>
 #include <attend/detail/heads.hpp>
 #include <attend/detail/kernels.hpp>
@@ -31,8 +31,6 @@
 #include <attend/mask.hpp>
 #include <attend/tensor.hpp>
 #include <attend/threads.hpp>
-
-#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -54,13 +52,13 @@ struct FlashBackwardScratch {
         dK(bc, d),
         dV(bc, dv),
         keys(static_cast<std::size_t>(br)) {}
-  Matrix<Scalar> KT, VT;     // (d, bc padded), (dv, bc padded): the key block's K^T and V^T, padding 0
-  Matrix<Scalar> Qs;         // (br, d): the query block over sqrt(d)
-  Matrix<Scalar> P;          // (br, bc): the weights
-  Matrix<Scalar> dropped;    // (br, bc): P * F
-  Matrix<Scalar> dP;         // (br, bc): dP, then dS
-  Matrix<Scalar> T;          // (bc, br): a transpose
-  Matrix<Scalar> dK, dV;     // (bc, d), (bc, dv): the key block's gradients
+  Matrix<Scalar> KT, VT;          // (d, bc padded), (dv, bc padded): the key block's K^T and V^T, padding 0
+  Matrix<Scalar> Qs;              // (br, d): the query block over sqrt(d)
+  Matrix<Scalar> P;               // (br, bc): the weights
+  Matrix<Scalar> dropped;         // (br, bc): P * F
+  Matrix<Scalar> dP;              // (br, bc): dP, then dS
+  Matrix<Scalar> T;               // (bc, br): a transpose
+  Matrix<Scalar> dK, dV;          // (bc, d), (bc, dv): the key block's gradients
   std::vector<VisibleKeys> keys;  // (br): the keys each row of the query block sees
 };
 
@@ -108,8 +106,8 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
   std::vector<FlashBackwardScratch<Scalar>> scratch(static_cast<std::size_t>(num_threads()),
                                                     FlashBackwardScratch<Scalar>(br, bc, d, dv));
   const double tile = static_cast<double>(br) * static_cast<double>(bc) * static_cast<double>(std::max(d, dv));
-  const double total = static_cast<double>(pairs) * static_cast<double>(num_queries) *
-                       static_cast<double>(num_keys) * static_cast<double>(3 * d + 2 * dv);
+  const double total = static_cast<double>(pairs) * static_cast<double>(num_queries) * static_cast<double>(num_keys) *
+                       static_cast<double>(3 * d + 2 * dv);
   parallel_for(kv_pairs * groups, tile, total, [&](Index item, int thread) {
     FlashBackwardScratch<Scalar>& s = scratch[static_cast<std::size_t>(thread)];
     const Index kv_pair = item / groups, split = item % groups;
@@ -173,8 +171,8 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
                                    true, nullptr, dP.data(), dP.outerStride());
           for (Index i = 0; i < rows; ++i) {
             const VisibleKeys& keys = s.keys[static_cast<std::size_t>(i)];
-            Scalar* row = dP.data() + i * dP.outerStride();      // (kc)
-            const Scalar* p = P.data() + i * P.outerStride();    // (kc)
+            Scalar* row = dP.data() + i * dP.outerStride();    // (kc)
+            const Scalar* p = P.data() + i * P.outerStride();  // (kc)
             if (keys.none()) {
               std::fill(row, row + kc, Scalar(0));
               continue;
@@ -185,8 +183,8 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
           }
           // dK_blk += dS^T Qs;  dQ_blk += dS K_blk (scaled at the end)
           kernel.transpose_into(dP.data(), dP.outerStride(), rows, kc, s.T.data(), s.T.outerStride());
-          kernel.rows_times_matrix(true, s.T.data(), s.T.outerStride(), kc, rows, Qs.data(), Qs.outerStride(), d,
-                                   false, nullptr, dKb.data(), dKb.outerStride());
+          kernel.rows_times_matrix(true, s.T.data(), s.T.outerStride(), kc, rows, Qs.data(), Qs.outerStride(), d, false,
+                                   nullptr, dKb.data(), dKb.outerStride());
           Scalar* dQ_rows = partial_dQ.data() + ((split * pairs + pair) * num_queries + q0) * d;  // (rows, d)
           kernel.rows_times_matrix(true, dP.data(), dP.outerStride(), rows, kc, Kb.data(), Kb.outerStride(), d, false,
                                    nullptr, dQ_rows, d);

@@ -9,9 +9,8 @@
 // Checked against the paper's published known-answer vectors (Random123's kat_vectors) in test_dropout.cpp.
 #pragma once
 
-#include <attend/config.hpp>
-
 #include <array>
+#include <attend/config.hpp>
 #include <cstdint>
 
 namespace attend {
