@@ -68,7 +68,9 @@
 // CPU that has them; OPENBLAS_CORETYPE=SkylakeX gives libtorch its best configuration on either machine.
 #include <attend/attention_path.hpp>
 #include <attend/conv1d.hpp>
+#include <attend/dot_product_attention.hpp>
 #include <attend/linear.hpp>
+#include <attend/mask.hpp>
 #include <attend/multi_head_attention.hpp>
 #include <attend/random.hpp>
 #include <attend/rnn.hpp>
@@ -91,6 +93,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -107,13 +110,22 @@ using attend::Tensor3;
 
 // ---- what the command line chooses ------------------------------------------------------------------------------
 
+// The masks of the sweep: none; valid lengths (batch row b sees its first n - n (b + 1) / (4 batch) keys: 3n/4 to
+// nearly n), given to libtorch as a key-padding mask; causal (query i sees keys 0..i).
+enum class MaskKind { none, lens, causal };
+
+const char* mask_name(MaskKind mask) {
+  return mask == MaskKind::none ? "none" : mask == MaskKind::lens ? "lens" : "causal";
+}
+
 struct Options {
   std::vector<int> threads{1, 2};
   int rounds = 5;
   double min_time = 0.1;  // seconds per contender per round
   double long_call = 1;   // seconds per call above which a shape gets at most 3 rounds
   Index max_n = 8192;
-  bool attention = true, training = true, rnn = true, conv1d = true;
+  bool attention = true, training = true, kernel = true, rnn = true, conv1d = true;
+  std::vector<MaskKind> masks{MaskKind::none, MaskKind::lens, MaskKind::causal};
   std::string csv, json;
 #ifdef EIGEN_USE_BLAS
   int attend_openblas_threads = attend::has_openmp() ? 1 : 0;
@@ -148,13 +160,22 @@ Options parse(int argc, char** argv) {
     } else if (key == "--max-n") {
       options.max_n = std::stol(value);
     } else if (key == "--parts") {
-      options.attention = options.training = options.rnn = options.conv1d = false;
+      options.attention = options.training = options.kernel = options.rnn = options.conv1d = false;
       for (const std::string& part : split(value, ',')) {
         if (part == "attention") options.attention = true;
         else if (part == "training") options.training = true;
+        else if (part == "kernel") options.kernel = true;
         else if (part == "rnn") options.rnn = true;
         else if (part == "conv1d") options.conv1d = true;
-        else throw std::invalid_argument("--parts: unknown part '" + part + "' (attention, training, rnn, conv1d)");
+        else throw std::invalid_argument("--parts: unknown part '" + part + "' (attention, training, kernel, rnn, conv1d)");
+      }
+    } else if (key == "--masks") {
+      options.masks.clear();
+      for (const std::string& mask : split(value, ',')) {
+        if (mask == "none") options.masks.push_back(MaskKind::none);
+        else if (mask == "lens") options.masks.push_back(MaskKind::lens);
+        else if (mask == "causal") options.masks.push_back(MaskKind::causal);
+        else throw std::invalid_argument("--masks: unknown mask '" + mask + "' (none, lens, causal)");
       }
     } else if (key == "--attend-openblas-threads") {
       options.attend_openblas_threads = std::stoi(value);
@@ -165,7 +186,7 @@ Options parse(int argc, char** argv) {
     } else {
       throw std::invalid_argument("unknown option '" + arg +
                                   "'; options: --threads=1,2 --rounds=5 --min-time=0.1 --long-call=1 --max-n=8192 "
-                                  "--parts=attention,training,rnn,conv1d --attend-openblas-threads=N --csv=FILE --json=FILE");
+                                  "--parts=attention,training,kernel,rnn,conv1d --masks=none,lens,causal --attend-openblas-threads=N --csv=FILE --json=FILE");
     }
   }
   if (options.threads.empty() || options.rounds < 1 || options.min_time < 0 || options.attend_openblas_threads < 0)
@@ -392,7 +413,7 @@ class Table {
     std::printf(" GFLOP/s |");
     for (const std::string& n : names_)
       if (is_torch(n)) std::printf(" %9s", (short_name(n) + "/att").c_str());
-    std::printf(" | att %% sgemm\n");
+    std::printf(" %9s | att %% sgemm\n", "best/att");
   }
 
   void row(const Result& r) const {
@@ -401,8 +422,14 @@ class Table {
     std::printf(" |");
     for (const std::string& n : names_) std::printf(" %7.1f", r.gflops(n));
     std::printf("         |");
+    double best = NAN;  // libtorch's fastest float contender
     for (const std::string& n : names_)
-      if (is_torch(n)) std::printf(" %9.2f", r.seconds(n) / r.seconds("attend"));
+      if (is_torch(n)) {
+        std::printf(" %9.2f", r.seconds(n) / r.seconds("attend"));
+        const double t = r.seconds(n);  // NaN for a contender this shape does not have
+        if (n.find("bf16") == std::string::npos && std::isfinite(t) && !(t >= best)) best = t;
+      }
+    std::printf(" %9.2f", best / r.seconds("attend"));
     std::printf(" | %6.0f %%  %s\n", r.ceiling > 0 ? 100 * r.gflops("attend") / r.ceiling : NAN,
                 r.problem.note.c_str());
     std::fflush(stdout);
@@ -415,6 +442,8 @@ class Table {
     if (n == "attend_tiled") return "tiled";
     if (n == "torch_mha") return "mha";
     if (n == "torch_fused") return "fused";
+    if (n == "torch_sdpa") return "sdpa";
+    if (n == "torch_sdpa_bf16") return "bf16";
     return n;
   }
   std::string shape_header_;
@@ -487,7 +516,40 @@ void check(const std::string& label, const std::vector<std::pair<std::string, do
 
 struct AttentionShape {
   Index batch, n, d, heads;
+  MaskKind mask = MaskKind::none;
 };
+
+// Batch row b's valid length (see MaskKind).
+Index valid_length(Index b, Index batch, Index n) { return n - n * (b + 1) / (4 * batch); }
+
+attend::Mask attend_mask(const AttentionShape& s) {
+  if (s.mask == MaskKind::causal) return attend::Mask::causal();
+  if (s.mask == MaskKind::none) return {};
+  std::vector<Index> lens;
+  for (Index b = 0; b < s.batch; ++b) lens.push_back(valid_length(b, s.batch, s.n));
+  return attend::ValidLens::per_batch(lens);
+}
+
+// libtorch's masks for the same rule: a key-padding mask (batch, n), true where a key is ignored, and an attention
+// mask (n, n), -inf where query i may not see key j and 0 elsewhere (a float mask: nn::MultiheadAttention's C++
+// forward adds it to the scores); undefined tensors where the shape has none.
+torch::Tensor key_padding_mask(const AttentionShape& s) {
+  if (s.mask != MaskKind::lens) return {};
+  torch::Tensor pad = torch::zeros({s.batch, s.n}, torch::kBool);
+  for (Index b = 0; b < s.batch; ++b) pad[b].slice(0, valid_length(b, s.batch, s.n)).fill_(true);
+  return pad;
+}
+torch::Tensor causal_block_mask(const AttentionShape& s) {
+  if (s.mask != MaskKind::causal) return {};
+  return torch::zeros({s.n, s.n}).masked_fill(torch::ones({s.n, s.n}, torch::kBool).triu(1),
+                                               -std::numeric_limits<float>::infinity());
+}
+
+// The label of a shape in the tables: "(8,128,256,8)", with " lens" or " causal" after it.
+std::string shape_label(const AttentionShape& s) {
+  return attend::detail::message('(', s.batch, ',', s.n, ',', s.d, ',', s.heads, ')',
+                                 s.mask == MaskKind::none ? "" : " ", s.mask == MaskKind::none ? "" : mask_name(s.mask));
+}
 
 // From the seed's example to n = 8192: a mid-size batch, then d = 256 with 8 heads up to n = 8192, and one head of
 // d = 64 (the long-sequence case of the memory target: n = 16384 under 128 MiB) at n = 2048 and 8192.
@@ -495,7 +557,40 @@ const AttentionShape attention_shapes[] = {{2, 4, 100, 5},     {8, 128, 256, 8},
                                            {1, 1024, 256, 8},  {1, 2048, 64, 1},   {1, 2048, 256, 8},
                                            {1, 4096, 256, 8},  {1, 8192, 64, 1},   {1, 8192, 256, 8}};
 
-// One shape's weights, inputs and the four ways to run it.
+// The sweep: every shape up to n = max_n, with each mask asked for.
+std::vector<AttentionShape> attention_sweep(const std::vector<MaskKind>& masks, Index max_n) {
+  std::vector<AttentionShape> sweep;
+  for (MaskKind mask : masks)
+    for (AttentionShape s : attention_shapes)
+      if (s.n <= max_n) {
+        s.mask = mask;
+        sweep.push_back(s);
+      }
+  return sweep;
+}
+
+#if TORCH_VERSION_MAJOR >= 2
+// Multi-head self-attention as PyTorch 2's building blocks make it: at::linear for Q, K and V in one product, then
+// at::scaled_dot_product_attention on (batch, heads, n, d / heads) (its CPU flash-attention kernel), then at::linear.
+// X: (batch, n, d); in_proj (3d, d), out_proj (d, d); keep: (batch, 1, 1, n), true where a key takes part, or
+// undefined; causal: is_causal. -> (batch, n, d)
+torch::Tensor sdpa_attention(const torch::Tensor& X, const torch::Tensor& in_proj, const torch::Tensor& out_proj,
+                             Index heads, const torch::Tensor& keep, bool causal) {
+  const int64_t b = X.size(0), n = X.size(1), d = X.size(2);
+  const torch::Tensor qkv = at::linear(X, in_proj).view({b, n, 3, heads, d / heads}).permute({2, 0, 3, 1, 4});
+  const torch::Tensor out = keep.defined() ? at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], keep)
+                                           : at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], {}, 0.0, causal);
+  return at::linear(out.transpose(1, 2).reshape({b, n, d}), out_proj);  // out: (b, heads, n, d / heads)
+}
+#endif
+
+// SDPA's keep mask for a shape's valid lengths, (batch, 1, 1, n), or undefined.
+torch::Tensor sdpa_keep(const AttentionShape& s) {
+  const torch::Tensor pad = key_padding_mask(s);
+  return pad.defined() ? pad.logical_not().view({s.batch, 1, 1, s.n}) : torch::Tensor();
+}
+
+// One shape's weights, inputs and the ways to run it.
 class Attention {
  public:
   static constexpr bool inference = true;  // libtorch without autograd, like attend's eval mode
@@ -507,6 +602,7 @@ class Attention {
         direct_(attention_),
         tiled_(attention_),
         X_(s.batch, s.n, s.d),
+        mask_(attend_mask(s)),
         mha_(torch::nn::MultiheadAttentionOptions(s.d, s.heads).bias(false)) {
     attention_.eval();
     direct_.eval();
@@ -527,13 +623,17 @@ class Attention {
     out_proj_bias_ = torch::zeros({s.d});
     X_batch_first_ = to_torch(X_.data(), {s.batch, s.n, s.d});
     X_seq_first_ = X_batch_first_.transpose(0, 1).contiguous();
+    key_padding_ = key_padding_mask(s);
+    block_ = causal_block_mask(s);
+    keep_ = sdpa_keep(s);
   }
 
   Problem problem() const {
     const double b = s_.batch, n = s_.n, d = s_.d;
     return {"attention",
-            attend::detail::message('(', s_.batch, ',', s_.n, ',', s_.d, ',', s_.heads, ')'),
-            attend::detail::message('d', s_.d, "_h", s_.heads),
+            shape_label(s_),
+            attend::detail::message('d', s_.d, "_h", s_.heads, s_.mask == MaskKind::none ? "" : "_",
+                                    s_.mask == MaskKind::none ? "" : mask_name(s_.mask)),
             std::string("attend took ") + automatic_path(),
             s_.batch,
             s_.n,
@@ -541,12 +641,12 @@ class Attention {
   }
 
   // (batch, n, d): attend's public module, on the path it chooses (AttentionPath::automatic).
-  Tensor3<float> attend_module() { return attention_(X_, X_, X_); }
+  Tensor3<float> attend_module() { return attention_(X_, X_, X_, mask_); }
 
   // (batch, n, d): the same module told to take one path: direct (the (batch * h, n, n) weights) or tiled (the
   // online-softmax kernel, no (n, n) matrix).
-  Tensor3<float> attend_direct() { return direct_(X_, X_, X_); }
-  Tensor3<float> attend_tiled() { return tiled_(X_, X_, X_); }
+  Tensor3<float> attend_direct() { return direct_(X_, X_, X_, mask_); }
+  Tensor3<float> attend_tiled() { return tiled_(X_, X_, X_, mask_); }
 
   // The path AttentionPath::automatic takes on this shape.
   const char* automatic_path() const {
@@ -555,36 +655,56 @@ class Attention {
     return tiled ? "tiled" : "direct";
   }
 
-  // (n, batch, d): libtorch's module on its own layout.
+  // (n, batch, d): libtorch's module on its own layout, the mask as a key-padding or an attention mask.
   torch::Tensor torch_mha() {
-    return std::get<0>(mha_->forward(X_seq_first_, X_seq_first_, X_seq_first_, {}, /*need_weights=*/false));
+    return std::get<0>(mha_->forward(X_seq_first_, X_seq_first_, X_seq_first_, key_padding_, /*need_weights=*/false,
+                                     block_));
   }
 
   // (batch, n, d): the fused operator; the same tensor as query, key and value, so its Q/K/V projection is one GEMM.
+  // Without a mask only.
   torch::Tensor torch_fused() {
     return std::get<0>(at::_native_multi_head_attention(X_batch_first_, X_batch_first_, X_batch_first_, s_.d,
                                                         s_.heads, in_proj_, in_proj_bias_, out_proj_, out_proj_bias_,
                                                         {}, /*need_weights=*/false));
   }
 
+#if TORCH_VERSION_MAJOR >= 2
+  // (batch, n, d): at::linear + at::scaled_dot_product_attention + at::linear.
+  torch::Tensor torch_sdpa() {
+    return sdpa_attention(X_batch_first_, in_proj_, out_proj_, s_.heads, keep_, s_.mask == MaskKind::causal);
+  }
+#endif
+
   // Runs every contender once and compares it with torch_mha: max |x - torch_mha| / max |torch_mha|.
   void check_agreement() {
     const torch::Tensor mha = torch_mha().transpose(0, 1).contiguous();  // (batch, n, d)
-    const torch::Tensor fused = torch_fused();                            // (batch, n, d)
-    check(problem().label,
-          {{"attend", relative_difference(as_attend([&] { return attend_module(); }), mha)},
-           {"attend_direct", relative_difference(as_attend([&] { return attend_direct(); }), mha)},
-           {"attend_tiled", relative_difference(as_attend([&] { return attend_tiled(); }), mha)},
-           {"torch_fused", (fused - mha).abs().max().item<double>() / mha.abs().max().item<double>()}},
-          1e-4);
+    const auto against = [&](const torch::Tensor& t) {
+      return (t - mha).abs().max().item<double>() / mha.abs().max().item<double>();
+    };
+    std::vector<std::pair<std::string, double>> differences = {
+        {"attend", relative_difference(as_attend([&] { return attend_module(); }), mha)},
+        {"attend_direct", relative_difference(as_attend([&] { return attend_direct(); }), mha)},
+        {"attend_tiled", relative_difference(as_attend([&] { return attend_tiled(); }), mha)}};
+    if (s_.mask == MaskKind::none) differences.push_back({"torch_fused", against(torch_fused())});
+#if TORCH_VERSION_MAJOR >= 2
+    differences.push_back({"torch_sdpa", against(torch_sdpa())});
+#endif
+    check(problem().label, differences, 1e-4);
   }
 
   std::vector<Contender> contenders() {
-    return {{"attend", [this] { benchmark::DoNotOptimize(attend_module().data()); }},
-            {"attend_direct", [this] { benchmark::DoNotOptimize(attend_direct().data()); }},
-            {"attend_tiled", [this] { benchmark::DoNotOptimize(attend_tiled().data()); }},
-            {"torch_mha", [this] { benchmark::DoNotOptimize(torch_mha().data_ptr()); }},
-            {"torch_fused", [this] { benchmark::DoNotOptimize(torch_fused().data_ptr()); }}};
+    std::vector<Contender> all = {
+        {"attend", [this] { benchmark::DoNotOptimize(attend_module().data()); }},
+        {"attend_direct", [this] { benchmark::DoNotOptimize(attend_direct().data()); }},
+        {"attend_tiled", [this] { benchmark::DoNotOptimize(attend_tiled().data()); }},
+        {"torch_mha", [this] { benchmark::DoNotOptimize(torch_mha().data_ptr()); }}};
+    if (s_.mask == MaskKind::none)
+      all.push_back({"torch_fused", [this] { benchmark::DoNotOptimize(torch_fused().data_ptr()); }});
+#if TORCH_VERSION_MAJOR >= 2
+    all.push_back({"torch_sdpa", [this] { benchmark::DoNotOptimize(torch_sdpa().data_ptr()); }});
+#endif
+    return all;
   }
 
  private:
@@ -593,18 +713,21 @@ class Attention {
   attend::MultiHeadAttention<float> attention_;  // AttentionPath::automatic, the default
   attend::MultiHeadAttention<float> direct_;     // the same weights, AttentionPath::direct
   attend::MultiHeadAttention<float> tiled_;      // the same weights, AttentionPath::tiled
-  Tensor3<float> X_;  // (batch, n, d)
+  Tensor3<float> X_;                             // (batch, n, d)
+  attend::Mask mask_;
   torch::nn::MultiheadAttention mha_;
   torch::Tensor in_proj_, out_proj_, in_proj_bias_, out_proj_bias_;  // (3d, d), (d, d), (3d), (d)
   torch::Tensor X_batch_first_, X_seq_first_;                        // (batch, n, d), (n, batch, d)
+  torch::Tensor key_padding_, block_, keep_;  // (batch, n), (n, n), (batch, 1, 1, n) or undefined: see MaskKind
 };
 
 // ---- a training step of multi-head self-attention -----------------------------------------------------------------
 
 // The attention shapes up to n = 4096: forward then backward, attend's operator() + backward() against libtorch's
-// nn::MultiheadAttention with autograd (X and the weights requiring gradients, need_weights = false), in training
-// mode with dropout 0. Each call of a contender is one step; the parameters' gradients accumulate (neither side
-// zeroes them: PyTorch adds into .grad, attend into weight_grad()).
+// nn::MultiheadAttention with autograd (X and the weights requiring gradients, need_weights = false) and, with
+// PyTorch 2, at::linear + at::scaled_dot_product_attention + at::linear with autograd; training mode, dropout 0.
+// Each call of a contender is one step; the parameters' gradients accumulate (neither side zeroes them: PyTorch adds
+// into .grad, attend into weight_grad()).
 class AttentionTraining {
  public:
   static constexpr bool inference = false;  // libtorch needs autograd here
@@ -617,60 +740,93 @@ class AttentionTraining {
         tiled_(attention_),
         X_(s.batch, s.n, s.d),
         dY_(s.batch, s.n, s.d),
+        mask_(attend_mask(s)),
         mha_(torch::nn::MultiheadAttentionOptions(s.d, s.heads).bias(false)) {
     direct_.set_path(attend::AttentionPath::direct);
     tiled_.set_path(attend::AttentionPath::tiled);
     for (Index i = 0; i < X_.size(); ++i) X_.data()[i] = generator_.uniform(-1.0f, 1.0f);
     for (Index i = 0; i < dY_.size(); ++i) dY_.data()[i] = generator_.uniform(-1.0f, 1.0f);
+    const auto weight = [&](attend::Linear<float>& layer) { return to_torch(layer.weight().data(), {s.d, s.d}); };
+    in_proj_ = torch::cat({weight(attention_.W_q()), weight(attention_.W_k()), weight(attention_.W_v())}, 0)
+                   .requires_grad_(true);
+    out_proj_ = weight(attention_.W_o()).requires_grad_(true);
     {
       torch::NoGradGuard no_grad;
-      const auto weight = [&](attend::Linear<float>& layer) { return to_torch(layer.weight().data(), {s.d, s.d}); };
-      mha_->in_proj_weight.copy_(
-          torch::cat({weight(attention_.W_q()), weight(attention_.W_k()), weight(attention_.W_v())}, 0));
-      mha_->out_proj->weight.copy_(weight(attention_.W_o()));
+      mha_->in_proj_weight.copy_(in_proj_);
+      mha_->out_proj->weight.copy_(out_proj_);
     }
     mha_->train();
+    X_batch_first_ = to_torch(X_.data(), {s.batch, s.n, s.d}).requires_grad_(true);
+    dY_batch_first_ = to_torch(dY_.data(), {s.batch, s.n, s.d});
     X_seq_first_ = to_torch(X_.data(), {s.batch, s.n, s.d}).transpose(0, 1).contiguous().requires_grad_(true);
-    dY_seq_first_ = to_torch(dY_.data(), {s.batch, s.n, s.d}).transpose(0, 1).contiguous();
+    dY_seq_first_ = dY_batch_first_.transpose(0, 1).contiguous();
+    key_padding_ = key_padding_mask(s);
+    block_ = causal_block_mask(s);
+    keep_ = sdpa_keep(s);
   }
 
   Problem problem() const {
     const double b = s_.batch, n = s_.n, d = s_.d;
     // The forward's products and about twice as many in the backward (dX and dW of four projections; dV, dP, dQ, dK).
-    return {"training", attend::detail::message('(', s_.batch, ',', s_.n, ',', s_.d, ',', s_.heads, ')'),
-            attend::detail::message('d', s_.d, "_h", s_.heads), "forward + backward", s_.batch, s_.n,
+    return {"training",
+            shape_label(s_),
+            attend::detail::message('d', s_.d, "_h", s_.heads, s_.mask == MaskKind::none ? "" : "_",
+                                    s_.mask == MaskKind::none ? "" : mask_name(s_.mask)),
+            "forward + backward",
+            s_.batch,
+            s_.n,
             3 * (8 * b * n * d * d + 4 * b * n * n * d)};
   }
 
   // One step on attend's module: the inputs' gradient summed over its three uses, (batch, n, d).
   Tensor3<float> attend_step(attend::MultiHeadAttention<float>& attention) {
-    attention(X_, X_, X_);
+    attention(X_, X_, X_, mask_);
     const attend::AttentionGradients<float> g = attention.backward(dY_);
     return g.queries + g.keys + g.values;
   }
 
-  // One step on libtorch's: X's gradient, (n, batch, d).
-  torch::Tensor torch_step() {
+  // One step on libtorch's module: X's gradient, (n, batch, d).
+  torch::Tensor torch_mha_step() {
     X_seq_first_.mutable_grad() = torch::Tensor();
-    torch::Tensor Y = std::get<0>(mha_->forward(X_seq_first_, X_seq_first_, X_seq_first_, {}, false));
+    torch::Tensor Y = std::get<0>(mha_->forward(X_seq_first_, X_seq_first_, X_seq_first_, key_padding_, false, block_));
     Y.backward(dY_seq_first_);
     return X_seq_first_.grad();
   }
 
+#if TORCH_VERSION_MAJOR >= 2
+  // One step through scaled_dot_product_attention: X's gradient, (batch, n, d).
+  torch::Tensor torch_sdpa_step() {
+    X_batch_first_.mutable_grad() = torch::Tensor();
+    torch::Tensor Y = sdpa_attention(X_batch_first_, in_proj_, out_proj_, s_.heads, keep_,
+                                     s_.mask == MaskKind::causal);
+    Y.backward(dY_batch_first_);
+    return X_batch_first_.grad();
+  }
+#endif
+
   void check_agreement() {
-    const torch::Tensor dX = torch_step().transpose(0, 1).contiguous();  // (batch, n, d)
-    check(problem().label,
-          {{"attend", relative_difference(attend_step(attention_), dX)},
-           {"attend_direct", relative_difference(attend_step(direct_), dX)},
-           {"attend_tiled", relative_difference(attend_step(tiled_), dX)}},
-          1e-3);
+    const torch::Tensor dX = torch_mha_step().transpose(0, 1).contiguous();  // (batch, n, d)
+    std::vector<std::pair<std::string, double>> differences = {
+        {"attend", relative_difference(attend_step(attention_), dX)},
+        {"attend_direct", relative_difference(attend_step(direct_), dX)},
+        {"attend_tiled", relative_difference(attend_step(tiled_), dX)}};
+#if TORCH_VERSION_MAJOR >= 2
+    differences.push_back(
+        {"torch_sdpa", (torch_sdpa_step() - dX).abs().max().item<double>() / dX.abs().max().item<double>()});
+#endif
+    check(problem().label, differences, 1e-3);
   }
 
   std::vector<Contender> contenders() {
-    return {{"attend", [this] { benchmark::DoNotOptimize(attend_step(attention_).data()); }},
-            {"attend_direct", [this] { benchmark::DoNotOptimize(attend_step(direct_).data()); }},
-            {"attend_tiled", [this] { benchmark::DoNotOptimize(attend_step(tiled_).data()); }},
-            {"torch_mha", [this] { benchmark::DoNotOptimize(torch_step().data_ptr()); }}};
+    std::vector<Contender> all = {
+        {"attend", [this] { benchmark::DoNotOptimize(attend_step(attention_).data()); }},
+        {"attend_direct", [this] { benchmark::DoNotOptimize(attend_step(direct_).data()); }},
+        {"attend_tiled", [this] { benchmark::DoNotOptimize(attend_step(tiled_).data()); }},
+        {"torch_mha", [this] { benchmark::DoNotOptimize(torch_mha_step().data_ptr()); }}};
+#if TORCH_VERSION_MAJOR >= 2
+    all.push_back({"torch_sdpa", [this] { benchmark::DoNotOptimize(torch_sdpa_step().data_ptr()); }});
+#endif
+    return all;
   }
 
  private:
@@ -680,9 +836,108 @@ class AttentionTraining {
   attend::MultiHeadAttention<float> direct_;     // the same weights, AttentionPath::direct
   attend::MultiHeadAttention<float> tiled_;      // the same weights, AttentionPath::tiled
   Tensor3<float> X_, dY_;                        // (batch, n, d) each
+  attend::Mask mask_;
   torch::nn::MultiheadAttention mha_;
-  torch::Tensor X_seq_first_, dY_seq_first_;  // (n, batch, d) each
+  torch::Tensor in_proj_, out_proj_;                 // (3d, d), (d, d), requiring gradients
+  torch::Tensor X_batch_first_, dY_batch_first_;     // (batch, n, d) each
+  torch::Tensor X_seq_first_, dY_seq_first_;         // (n, batch, d) each
+  torch::Tensor key_padding_, block_, keep_;         // see MaskKind
 };
+
+// ---- the kernel alone: scaled dot-product attention on (batch, heads, n, d) ----------------------------------------
+
+// attend::DotProductAttention on (batch * heads, n, d) against at::scaled_dot_product_attention on (batch, heads, n,
+// d) (PyTorch 2 only), in float and, beside them, SDPA in bfloat16 (its inputs converted once, outside the timing):
+// what a user weighs beside float. FLOPs: 4 b h n^2 d.
+struct KernelShape {
+  Index batch, heads, n, d;
+  MaskKind mask = MaskKind::none;
+};
+
+const KernelShape kernel_shapes[] = {{2, 5, 4, 20},    {8, 8, 128, 32},   {4, 8, 512, 32},  {1, 8, 1024, 32},
+                                     {1, 25, 1024, 64}, {1, 1, 2048, 64}, {1, 8, 2048, 32}, {1, 4, 2048, 128},
+                                     {1, 1, 8192, 64}};
+
+#if TORCH_VERSION_MAJOR >= 2
+class Kernel {
+ public:
+  static constexpr bool inference = true;
+
+  explicit Kernel(const KernelShape& s) : s_(s), attention_(0.0f), tiled_(0.0f), Q_(s.batch * s.heads, s.n, s.d) {
+    attention_.eval();
+    tiled_.eval();
+    tiled_.set_path(attend::AttentionPath::tiled);
+    attend::Generator generator(44);
+    for (Tensor3<float>* X : {&Q_, &K_, &V_}) {
+      X->resize(s.batch * s.heads, s.n, s.d);
+      for (Index i = 0; i < X->size(); ++i) X->data()[i] = generator.uniform(-1.0f, 1.0f);
+    }
+    const AttentionShape as{s.batch, s.n, s.heads * s.d, s.heads, s.mask};
+    if (s.mask == MaskKind::causal) mask_ = attend::Mask::causal();
+    if (s.mask == MaskKind::lens) {  // each head of batch row b gets row b's length
+      std::vector<Index> lens;
+      for (Index b = 0; b < s.batch; ++b)
+        for (Index h = 0; h < s.heads; ++h) lens.push_back(valid_length(b, s.batch, s.n));
+      mask_ = attend::ValidLens::per_batch(lens);
+    }
+    keep_ = sdpa_keep(as);
+    const auto four = [&](const Tensor3<float>& X) { return to_torch(X.data(), {s.batch, s.heads, s.n, s.d}); };
+    q_ = four(Q_);
+    k_ = four(K_);
+    v_ = four(V_);
+    q16_ = q_.to(torch::kBFloat16);
+    k16_ = k_.to(torch::kBFloat16);
+    v16_ = v_.to(torch::kBFloat16);
+    keep16_ = keep_;
+  }
+
+  Problem problem() const {
+    const double b = s_.batch, h = s_.heads, n = s_.n, d = s_.d;
+    return {"kernel",
+            attend::detail::message('(', s_.batch, ',', s_.heads, ',', s_.n, ',', s_.d, ')',
+                                    s_.mask == MaskKind::none ? "" : " ",
+                                    s_.mask == MaskKind::none ? "" : mask_name(s_.mask)),
+            attend::detail::message('d', s_.d, "_h", s_.heads),
+            "",
+            s_.batch,
+            s_.n,
+            4 * b * h * n * n * d};
+  }
+
+  Tensor3<float> attend_kernel(attend::DotProductAttention<float>& a) { return a(Q_, K_, V_, mask_); }
+  torch::Tensor sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return keep_.defined() ? at::scaled_dot_product_attention(q, k, v, keep_)
+                           : at::scaled_dot_product_attention(q, k, v, {}, 0.0, s_.mask == MaskKind::causal);
+  }
+
+  void check_agreement() {
+    const torch::Tensor reference = sdpa(q_, k_, v_).reshape({s_.batch * s_.heads, s_.n, s_.d});
+    const torch::Tensor bf16 = sdpa(q16_, k16_, v16_).to(torch::kFloat32).reshape({s_.batch * s_.heads, s_.n, s_.d});
+    check(problem().label,
+          {{"attend", relative_difference(attend_kernel(attention_), reference)},
+           {"attend_tiled", relative_difference(attend_kernel(tiled_), reference)}},
+          1e-4);
+    std::printf("  bfloat16 SDPA against float SDPA: max |diff| / max |x| = %.1e\n",
+                (bf16 - reference).abs().max().item<double>() / reference.abs().max().item<double>());
+  }
+
+  std::vector<Contender> contenders() {
+    return {{"attend", [this] { benchmark::DoNotOptimize(attend_kernel(attention_).data()); }},
+            {"attend_tiled", [this] { benchmark::DoNotOptimize(attend_kernel(tiled_).data()); }},
+            {"torch_sdpa", [this] { benchmark::DoNotOptimize(sdpa(q_, k_, v_).data_ptr()); }},
+            {"torch_sdpa_bf16", [this] { benchmark::DoNotOptimize(sdpa(q16_, k16_, v16_).data_ptr()); }}};
+  }
+
+ private:
+  KernelShape s_;
+  attend::DotProductAttention<float> attention_;  // AttentionPath::automatic
+  attend::DotProductAttention<float> tiled_;      // AttentionPath::tiled
+  Tensor3<float> Q_, K_, V_;                      // (batch * heads, n, d) each
+  attend::Mask mask_;
+  torch::Tensor q_, k_, v_, q16_, k16_, v16_;  // (batch, heads, n, d): float, bfloat16
+  torch::Tensor keep_, keep16_;
+};
+#endif
 
 // ---- RNN ------------------------------------------------------------------------------------------------------------
 
@@ -859,9 +1114,14 @@ struct Sgemm {
 
 // ---- one part at one thread count -----------------------------------------------------------------------------------
 
+template <class Shape, std::size_t N>
+std::vector<Shape> as_vector(const Shape (&shapes)[N]) {
+  return {shapes, shapes + N};
+}
+
 // Builds each shape's case, checks agreement, times its contenders and the sgemms in the same rounds, prints its row.
-template <class Case, class Shape, std::size_t N>
-void run_part(const Shape (&shapes)[N], const Table& table, const std::string& title, const Options& options,
+template <class Case, class Shape>
+void run_part(const std::vector<Shape>& shapes, const Table& table, const std::string& title, const Options& options,
               int threads, Sgemm& sgemm, std::vector<Result>& results,
               const std::function<bool(const Shape&)>& wanted = nullptr) {
   std::vector<std::unique_ptr<Case>> cases;
@@ -896,9 +1156,17 @@ int main(int argc, char** argv) try {
 
   std::vector<Result> results;
   Sgemm sgemm;
+#if TORCH_VERSION_MAJOR >= 2
+  const Table attention_table("(batch,n,d,heads)",
+                              {"attend", "attend_direct", "attend_tiled", "torch_mha", "torch_fused", "torch_sdpa"});
+  const Table training_table("(batch,n,d,heads)",
+                             {"attend", "attend_direct", "attend_tiled", "torch_mha", "torch_sdpa"});
+  const Table kernel_table("(batch,heads,n,d)", {"attend", "attend_tiled", "torch_sdpa", "torch_sdpa_bf16"});
+#else
   const Table attention_table("(batch,n,d,heads)",
                               {"attend", "attend_direct", "attend_tiled", "torch_mha", "torch_fused"});
   const Table training_table("(batch,n,d,heads)", {"attend", "attend_direct", "attend_tiled", "torch_mha"});
+#endif
   const Table rnn_table("(b,steps,in,hid)", {"attend", "torch"});
   const Table conv_table("(b,steps,in,out,k)", {"attend", "torch"});
   for (int threads : options.threads) {
@@ -913,21 +1181,32 @@ int main(int argc, char** argv) try {
     const std::string at = attend::detail::message(", ", threads, " thread", threads > 1 ? "s" : "",
                                                    "; att = attend; t/att above 1: attend is faster");
     if (options.attention)
-      run_part<Attention>(attention_shapes, attention_table, "multi-head self-attention" + at, options, threads,
-                          sgemm, results,
-                          std::function<bool(const AttentionShape&)>(
-                              [&](const AttentionShape& s) { return s.n <= options.max_n; }));
+      run_part<Attention>(attention_sweep(options.masks, options.max_n), attention_table,
+                          "multi-head self-attention" + at, options, threads, sgemm, results);
     if (options.training)
-      run_part<AttentionTraining>(attention_shapes, training_table,
+      run_part<AttentionTraining>(attention_sweep(options.masks, std::min<Index>(options.max_n, 4096)),
+                                  training_table,
                                   "multi-head self-attention, one training step (forward + backward)" + at, options,
-                                  threads, sgemm, results,
-                                  std::function<bool(const AttentionShape&)>([&](const AttentionShape& s) {
-                                    return s.n <= std::min<Index>(options.max_n, 4096);
-                                  }));
-    if (options.rnn) run_part<Rnn>(rnn_shapes, rnn_table, "RNN (tanh, batch_first)" + at, options, threads, sgemm,
-                                   results);
+                                  threads, sgemm, results);
+#if TORCH_VERSION_MAJOR >= 2
+    if (options.kernel) {
+      std::vector<KernelShape> shapes;
+      for (MaskKind mask : options.masks)
+        for (KernelShape k : kernel_shapes)
+          if (k.n <= options.max_n) {
+            k.mask = mask;
+            shapes.push_back(k);
+          }
+      run_part<Kernel>(shapes, kernel_table, "scaled dot-product attention alone, (batch,heads,n,d)" + at, options,
+                       threads, sgemm, results);
+    }
+#endif
+    if (options.rnn)
+      run_part<Rnn>(as_vector(rnn_shapes), rnn_table, "RNN (tanh, batch_first)" + at, options, threads, sgemm,
+                    results);
     if (options.conv1d)
-      run_part<Conv>(conv_shapes, conv_table, "Conv1d (padding same)" + at, options, threads, sgemm, results);
+      run_part<Conv>(as_vector(conv_shapes), conv_table, "Conv1d (padding same)" + at, options, threads, sgemm,
+                     results);
     std::printf("\n");
     sgemm.measure(options, threads, "end", results);
   }

@@ -222,11 +222,11 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
 
     Tensor3<Scalar> output(batch, num_queries, num_hiddens);  // (batch, q, num_hiddens)
     detail::project_rows<Scalar>(ws.heads, {detail::projection(W_o_.weight(), W_o_.bias(), output.data(), &ws.W_o)});
-    if (record != nullptr) {
-      record->Q = ws.Q;
-      record->K = ws.K;
-      record->V = ws.V;
-      record->heads = ws.heads;
+    if (record != nullptr) {  // the record takes the buffers; the workspace gets the previous record's, same sizes
+      record->Q.swap(ws.Q);
+      record->K.swap(ws.K);
+      record->V.swap(ws.V);
+      record->heads.swap(ws.heads);
     }
     return output;
   }
