@@ -1,5 +1,5 @@
-// examples/sequence_model.hpp — the model examples/train_attention.cpp trains, and tests/test_training.cpp trains
-// again beside PyTorch: tokens in, one distribution over the vocabulary per position out.
+// examples/sequence_model.hpp — the model examples/train_attention.cpp trains, and tests/test_attention_gradients.cpp
+// trains again beside PyTorch: tokens in, one distribution over the vocabulary per position out.
 //
 //   X = one_hot(tokens) E^T * sqrt(d)          E: (d, vocab), a Linear without bias (d2l's embedding scale)
 //   X = PositionalEncoding(X)                  sinusoids added, then dropout

@@ -6,8 +6,8 @@
 //   ./build/examples/train_attention [output_directory]
 //
 // Prints the loss (d2l's MaskedSoftmaxCELoss, here over every position) and the accuracy of each epoch, and draws
-// the loss curve (train_attention_loss.png). The model is examples/sequence_model.hpp; tests/test_training.cpp
-// trains it in double beside PyTorch and matches the loss at every step.
+// the loss curve (train_attention_loss.png). The model is examples/sequence_model.hpp;
+// tests/test_attention_gradients.cpp trains it in double beside PyTorch and matches the loss at every step.
 #include <attend/attend.hpp>
 #include <chrono>
 #include <cstdio>
