@@ -7,11 +7,12 @@
 // Work is split into pieces that do not depend on the number of threads (chunks of rows, (batch row, head, query
 // block) items), each piece computed by one thread in a fixed order, so results are bit-identical for 1 and N
 // threads. Eigen's own GEMM threading, whose blocking changes with the thread count, is never relied on: every
-// product attend runs is inside one of these pieces, or inside on_one_thread().
+// product attend's kernels run is the row kernel's, inside one of these pieces.
 #pragma once
 
 #include <attend/config.hpp>
 
+#include <attend/detail/tuning.hpp>
 #include <attend/tensor.hpp>
 
 #include <Eigen/Core>
@@ -53,23 +54,19 @@ constexpr bool has_openmp() {
 
 namespace detail {
 
-// Eigen 3.4 runs a product of fewer multiply-adds than this on the calling thread whatever its thread count
-// (Parallelizer.h: at most one thread per 50000 multiply-adds).
-constexpr double eigen_serial_product = 100000;
-// Below this many multiply-adds in all, starting a team of threads costs more than it saves.
-constexpr double worth_a_team = 1e6;
-
-// Runs body(i, thread) for i in [0, count), shared among num_threads() threads when OpenMP is on and we are not
-// already inside a parallel region; otherwise serially, with thread 0. thread, in [0, num_threads()), says whose
-// scratch to use. Inside a team of several threads Eigen keeps its products on the calling thread. largest_product:
-// the multiply-adds of the largest Eigen product in one item; total_work: of all items. Small work runs serially
-// (no team) when every product is below eigen_serial_product, so that Eigen does not split it either: either way
-// the result does not depend on the thread count. body must not throw (it runs inside a parallel region):
+// Runs body(i, thread) for i in [0, count), shared among num_threads() threads when OpenMP is on, we are not
+// already inside a parallel region, there are at least two pieces, and all of them together are worth a team (at
+// least tuning::worth_a_team multiply-adds); otherwise serially, with thread 0. (A team for one piece, or for little
+// work, mostly waits for its threads, which on a busy machine can take a scheduler time slice.) thread, in
+// [0, num_threads()), says whose scratch to use. largest_product: the multiply-adds of the largest piece (for a
+// reader of the call: the rule needs only the total); total_work: of all pieces. Every piece is computed by one thread whatever their
+// number, so the result does not depend on the thread count. body must not throw (it runs inside a parallel region):
 // allocate before.
 template <class Body>
 void parallel_for(Index count, double largest_product, double total_work, Body&& body) {
 #ifdef _OPENMP
-  const bool team = largest_product >= eigen_serial_product || total_work >= worth_a_team;
+  static_cast<void>(largest_product);
+  const bool team = count > 1 && total_work >= tuning::worth_a_team;
   if (count > 0 && team && omp_get_max_threads() > 1 && !omp_in_parallel()) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (Index i = 0; i < count; ++i) body(i, omp_get_thread_num());
@@ -80,16 +77,6 @@ void parallel_for(Index count, double largest_product, double total_work, Body&&
   static_cast<void>(total_work);
 #endif
   for (Index i = 0; i < count; ++i) body(i, 0);
-}
-
-// Runs body() on the calling thread with Eigen's products kept serial: inside a team of num_threads() threads of
-// which only one works, when OpenMP is on and we are not in a parallel region already (Eigen would otherwise split
-// a large product among threads, with a blocking, and so a rounding, that depends on their number). body must not
-// throw.
-// largest_product: the multiply-adds of body's largest product.
-template <class Body>
-void on_one_thread(double largest_product, Body&& body) {
-  parallel_for(1, largest_product, 0, [&](Index, int) { body(); });
 }
 
 }  // namespace detail

@@ -70,11 +70,9 @@ constexpr Eigen::Index few_rows_max_in = 512;
 // transposing K for the row kernel costs more than it saves there.
 constexpr Eigen::Index tiny_product = 16 * 16 * 32;
 
-// Eigen 3.4 runs a product of fewer multiply-adds than this on the calling thread whatever its thread count
-// (Parallelizer.h: at most one thread per 50000 multiply-adds).
-constexpr double eigen_serial_product = 100000;
-// Below this many multiply-adds in all, starting a team of threads costs more than it saves.
-constexpr double worth_a_team = 1e6;
+// Below this many multiply-adds in all (about 0.1 ms of one core's work), starting and joining a team of threads
+// costs more than the second thread saves (detail::parallel_for).
+constexpr double worth_a_team = 4e6;
 
 }  // namespace tuning
 
