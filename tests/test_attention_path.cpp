@@ -213,11 +213,11 @@ TEMPLATE_TEST_CASE("Linear, RNN and Conv1d give the same bits with 1 and 2 threa
   const attend::Conv1d<TestType> conv(48, 32, 5);
   const Tensor3<TestType> X = random_tensor<TestType>(3, 300, 48, 4);  // 900 rows: four chunks of 256
   attend::set_num_threads(1);
-  const Tensor3<TestType> by_linear = linear.forward(X), by_rnn = rnn(X), by_conv = conv(X);
+  const Tensor3<TestType> by_linear = linear.forward(X), by_rnn = rnn.forward(X), by_conv = conv.forward(X);
   attend::set_num_threads(2);
   REQUIRE(same_bits(by_linear, linear.forward(X)));
-  REQUIRE(same_bits(by_rnn, rnn(X)));
-  REQUIRE(same_bits(by_conv, conv(X)));
+  REQUIRE(same_bits(by_rnn, rnn.forward(X)));
+  REQUIRE(same_bits(by_conv, conv.forward(X)));
   attend::set_num_threads(before);
 }
 #endif

@@ -80,7 +80,7 @@ TEMPLATE_TEST_CASE("Conv1d matches torch.nn.Conv1d(padding='same') on the fixtur
   const attend_test::Fixture f(name);
   const Conv1d<TestType> conv = conv_from<TestType>(f);
   CHECK(conv.has_bias() == f.has("bias"));
-  const Tensor3<TestType> Y = conv(f.tensor3<TestType>("X"));
+  const Tensor3<TestType> Y = conv.forward(f.tensor3<TestType>("X"));
   REQUIRE_THAT(Y, attend_test::Near(f.tensor3<double>("output"), attend_test::tolerance<TestType>()));
 }
 
@@ -110,7 +110,7 @@ TEMPLATE_TEST_CASE("Conv1d pads (k - 1) / 2 steps on the left and keeps the leng
   CHECK(conv.left_padding() + conv.right_padding() == k - 1);
   for (Index steps : {1, 2, 5, 7}) {
     CAPTURE(steps);
-    const Tensor3<TestType> Y = conv(random_tensor<TestType>(2, steps, 2, 51));
+    const Tensor3<TestType> Y = conv.forward(random_tensor<TestType>(2, steps, 2, 51));
     CHECK(Y.dimension(0) == 2);
     CHECK(Y.dimension(1) == steps);
     CHECK(Y.dimension(2) == 3);
@@ -147,7 +147,7 @@ TEMPLATE_TEST_CASE("Conv1d agrees with the definition written as loops", "[conv1
   for (Index steps : {1, 2, 3, 8}) {
     CAPTURE(k, bias, steps);
     const Tensor3<TestType> X = random_tensor<TestType>(3, steps, 3, 62);
-    REQUIRE_THAT(conv(X), attend_test::Near(conv_by_definition(X, conv.weight(), conv.bias(), (k - 1) / 2),
+    REQUIRE_THAT(conv.forward(X), attend_test::Near(conv_by_definition(X, conv.weight(), conv.bias(), (k - 1) / 2),
                                             attend_test::tolerance<TestType>()));
   }
 }
@@ -167,7 +167,7 @@ TEMPLATE_TEST_CASE("Conv1d agrees with the definition over every block shape of 
   for (Index steps : {255, 256, 257, 601}) {
     CAPTURE(out, k, steps);
     const Tensor3<TestType> X = random_tensor<TestType>(2, steps, 7, 64);
-    REQUIRE_THAT(conv(X), attend_test::Near(conv_by_definition(X, conv.weight(), conv.bias(), (k - 1) / 2),
+    REQUIRE_THAT(conv.forward(X), attend_test::Near(conv_by_definition(X, conv.weight(), conv.bias(), (k - 1) / 2),
                                             attend_test::tolerance<TestType>()));
   }
 }
@@ -186,7 +186,7 @@ TEMPLATE_TEST_CASE("Conv1d with a kernel of width 1 is a Linear on the channels"
 
   const Tensor3<TestType> X = random_tensor<TestType>(3, 5, 4, 72);
   Tensor3<double> expected = linear.forward(X).template cast<double>();
-  REQUIRE_THAT(conv(X), attend_test::Near(expected, attend_test::tolerance<TestType>()));
+  REQUIRE_THAT(conv.forward(X), attend_test::Near(expected, attend_test::tolerance<TestType>()));
 }
 
 TEMPLATE_TEST_CASE("Conv1d's output does not depend on the mode", "[conv1d]", float, double) {
@@ -204,11 +204,11 @@ TEMPLATE_TEST_CASE("Conv1d's output does not depend on the mode", "[conv1d]", fl
 TEMPLATE_TEST_CASE("Conv1d gives an empty result of the right shape for zero steps or zero batch rows", "[conv1d]",
                    float, double) {
   const Conv1d<TestType> conv(3, 4, 5);
-  const Tensor3<TestType> no_steps = conv(Tensor3<TestType>(2, 0, 3));
+  const Tensor3<TestType> no_steps = conv.forward(Tensor3<TestType>(2, 0, 3));
   CHECK(no_steps.dimension(0) == 2);
   CHECK(no_steps.dimension(1) == 0);
   CHECK(no_steps.dimension(2) == 4);
-  const Tensor3<TestType> no_rows = conv(Tensor3<TestType>(0, 7, 3));
+  const Tensor3<TestType> no_rows = conv.forward(Tensor3<TestType>(0, 7, 3));
   CHECK(no_rows.dimension(0) == 0);
   CHECK(no_rows.dimension(1) == 7);
   CHECK(no_rows.dimension(2) == 4);
@@ -317,9 +317,9 @@ TEMPLATE_TEST_CASE("Conv1d rejects X with the wrong channel count, naming X and 
   const Conv1d<TestType> conv(3, 4, 3);
   Tensor3<TestType> X(2, 7, 4);
   X.setZero();
-  REQUIRE_THROWS_MATCHES(conv(X), std::invalid_argument,
+  REQUIRE_THROWS_MATCHES(conv.forward(X), std::invalid_argument,
                          Message("Conv1d: X must have 3 features (in_channels) (axis 2), got shape (2, 7, 4)"));
-  REQUIRE_THROWS_MATCHES(conv(Tensor3<TestType>(2, 0, 1)), std::invalid_argument,
+  REQUIRE_THROWS_MATCHES(conv.forward(Tensor3<TestType>(2, 0, 1)), std::invalid_argument,
                          Message("Conv1d: X must have 3 features (in_channels) (axis 2), got shape (2, 0, 1)"));
 }
 

@@ -69,7 +69,7 @@ TEMPLATE_TEST_CASE("RNN matches torch.nn.RNN on the fixtures", "[rnn][golden]", 
   CAPTURE(name);
   const attend_test::Fixture f(name);
   const RNN<TestType> rnn = rnn_from<TestType>(f);
-  const Tensor3<TestType> H = rnn(f.tensor3<TestType>("X"));
+  const Tensor3<TestType> H = rnn.forward(f.tensor3<TestType>("X"));
   REQUIRE_THAT(H, attend_test::Near(f.tensor3<double>("output"), attend_test::tolerance<TestType>()));
 }
 
@@ -83,7 +83,7 @@ TEMPLATE_TEST_CASE("RNN follows the recurrence, checked by hand", "[rnn]", float
     Tensor3<double> expected(1, 1, 2);
     expected(0, 0, 0) = std::tanh(0.5 * 1 - 1 * 2 + 0.1 + 0.05);  // tanh(-1.35)
     expected(0, 0, 1) = std::tanh(0.25 * 1 + 2 * 2 - 0.2 + 0.3);  // tanh(4.35)
-    REQUIRE_THAT(rnn(X), attend_test::Near(expected, tol));
+    REQUIRE_THAT(rnn.forward(X), attend_test::Near(expected, tol));
   }
 
   SECTION("two steps, two batch rows: h_2 = tanh(W_ih x_2 + b_ih + W_hh h_1 + b_hh)") {
@@ -104,7 +104,7 @@ TEMPLATE_TEST_CASE("RNN follows the recurrence, checked by hand", "[rnn]", float
     expected(1, 0, 1) = c2;
     expected(1, 1, 0) = std::tanh(0.5 * 2 - 1 * 0.25 + 0.1 + (1 * c1 - 0.5 * c2) + 0.05);
     expected(1, 1, 1) = std::tanh(0.25 * 2 + 2 * 0.25 - 0.2 + (0.5 * c1 + 0.25 * c2) + 0.3);
-    REQUIRE_THAT(rnn(X), attend_test::Near(expected, tol));
+    REQUIRE_THAT(rnn.forward(X), attend_test::Near(expected, tol));
   }
 }
 
@@ -114,7 +114,7 @@ TEMPLATE_TEST_CASE("RNN agrees with the recurrence written as loops", "[rnn]", f
   const Index batch = GENERATE(1, 3), steps = GENERATE(1, 2, 9);
   CAPTURE(batch, steps);
   const Tensor3<TestType> X = random_tensor<TestType>(batch, steps, 4, 32);
-  REQUIRE_THAT(rnn(X), attend_test::Near(rnn_by_definition(X, rnn), attend_test::tolerance<TestType>()));
+  REQUIRE_THAT(rnn.forward(X), attend_test::Near(rnn_by_definition(X, rnn), attend_test::tolerance<TestType>()));
 }
 
 TEMPLATE_TEST_CASE("RNN's output does not depend on the mode (no dropout)", "[rnn]", float, double) {
@@ -133,11 +133,11 @@ TEMPLATE_TEST_CASE("RNN's output does not depend on the mode (no dropout)", "[rn
 TEMPLATE_TEST_CASE("RNN gives an empty result of the right shape for zero steps or zero batch rows", "[rnn]", float,
                    double) {
   const RNN<TestType> rnn(3, 5);
-  const Tensor3<TestType> no_steps = rnn(Tensor3<TestType>(2, 0, 3));
+  const Tensor3<TestType> no_steps = rnn.forward(Tensor3<TestType>(2, 0, 3));
   CHECK(no_steps.dimension(0) == 2);
   CHECK(no_steps.dimension(1) == 0);
   CHECK(no_steps.dimension(2) == 5);
-  const Tensor3<TestType> no_rows = rnn(Tensor3<TestType>(0, 4, 3));
+  const Tensor3<TestType> no_rows = rnn.forward(Tensor3<TestType>(0, 4, 3));
   CHECK(no_rows.dimension(0) == 0);
   CHECK(no_rows.dimension(1) == 4);
   CHECK(no_rows.dimension(2) == 5);
@@ -240,9 +240,9 @@ TEMPLATE_TEST_CASE("RNN rejects X with the wrong feature count, naming X and bot
   const RNN<TestType> rnn(3, 5);
   Tensor3<TestType> X(2, 6, 4);
   X.setZero();
-  REQUIRE_THROWS_MATCHES(rnn(X), std::invalid_argument,
+  REQUIRE_THROWS_MATCHES(rnn.forward(X), std::invalid_argument,
                          Message("RNN: X must have 3 features (input_size) (axis 2), got shape (2, 6, 4)"));
-  REQUIRE_THROWS_MATCHES(rnn(Tensor3<TestType>(0, 6, 2)), std::invalid_argument,
+  REQUIRE_THROWS_MATCHES(rnn.forward(Tensor3<TestType>(0, 6, 2)), std::invalid_argument,
                          Message("RNN: X must have 3 features (input_size) (axis 2), got shape (0, 6, 2)"));
 }
 

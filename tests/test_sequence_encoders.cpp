@@ -87,14 +87,14 @@ TEMPLATE_TEST_CASE("Each encoder is its modules, drawn from the generator in ord
     Generator a(11), b(11);
     const RNNEncoder<TestType> encoder(4, 2, a);
     const attend::RNN<TestType> first(4, 4, b), second(4, 4, b);
-    REQUIRE_THAT(encoder(X), attend_test::Near(second(first(X)), exactly<TestType>()));
+    REQUIRE_THAT(encoder(X), attend_test::Near(second.forward(first.forward(X)), exactly<TestType>()));
   }
   SECTION("CNN: Conv1d(4, 4, 3), tanh, Conv1d(4, 4, 3) — no tanh after the last layer") {
     Generator a(12), b(12);
     const CNNEncoder<TestType> encoder(4, 3, 2, a);
     const attend::Conv1d<TestType> first(4, 4, 3, true, b), second(4, 4, 3, true, b);
-    const Tensor3<TestType> hidden = first(X).tanh();  // (2, 6, 4)
-    REQUIRE_THAT(encoder(X), attend_test::Near(second(hidden), exactly<TestType>()));
+    const Tensor3<TestType> hidden = first.forward(X).tanh();  // (2, 6, 4)
+    REQUIRE_THAT(encoder(X), attend_test::Near(second.forward(hidden), exactly<TestType>()));
   }
 }
 
@@ -188,7 +188,7 @@ TEMPLATE_TEST_CASE("An RNN step can be split across hidden units, and its steps 
     }
     CAPTURE(l);
     REQUIRE_THAT(split, attend_test::Near(whole));
-    REQUIRE_THAT(whole, attend_test::Near(encoder.rnn(l)(X)));
+    REQUIRE_THAT(whole, attend_test::Near(encoder.rnn(l).forward(X)));
   }
 }
 

@@ -277,7 +277,7 @@ TEMPLATE_TEST_CASE("state_dict() then load_state_dict() into a fresh module give
           Generator generator(seed);
           return attend::RNN<T>(3, 5, generator);
         },
-        [](const attend::RNN<T>& rnn) { return rnn(random_tensor<T>(2, 6, 3, 32)); }, "rnn");
+        [](const attend::RNN<T>& rnn) { return rnn.forward(random_tensor<T>(2, 6, 3, 32)); }, "rnn");
   }
   SECTION("Conv1d") {
     for (const bool bias : {true, false}) {
@@ -287,7 +287,7 @@ TEMPLATE_TEST_CASE("state_dict() then load_state_dict() into a fresh module give
             Generator generator(seed);
             return attend::Conv1d<T>(3, 4, 4, bias, generator);
           },
-          [](const attend::Conv1d<T>& conv) { return conv(random_tensor<T>(2, 7, 3, 33)); },
+          [](const attend::Conv1d<T>& conv) { return conv.forward(random_tensor<T>(2, 7, 3, 33)); },
           bias ? "conv1d_bias" : "conv1d");
     }
   }
@@ -405,7 +405,7 @@ TEMPLATE_TEST_CASE("Every module's load_state_dict names the problem and stays a
   SECTION("RNN: PyTorch's names end in _l0") {
     Generator generator(1);
     attend::RNN<T> rnn(3, 5, generator);
-    const auto run = [](const attend::RNN<T>& module) { return module(random_tensor<T>(2, 6, 3, 42)); };
+    const auto run = [](const attend::RNN<T>& module) { return module.forward(random_tensor<T>(2, 6, 3, 42)); };
     StateDict<T> dict;
     for (const auto& [name, tensor] : rnn.state_dict()) dict[name.substr(0, name.size() - 3)] = tensor;
     require_refused<T>(rnn, run, dict, "RNN::load_state_dict: missing tensor \"weight_ih_l0\" of shape (5, 3)");
@@ -416,7 +416,7 @@ TEMPLATE_TEST_CASE("Every module's load_state_dict names the problem and stays a
   SECTION("Conv1d") {
     Generator generator(1);
     attend::Conv1d<T> conv(3, 4, 5, true, generator);
-    const auto run = [](const attend::Conv1d<T>& module) { return module(random_tensor<T>(2, 7, 3, 43)); };
+    const auto run = [](const attend::Conv1d<T>& module) { return module.forward(random_tensor<T>(2, 7, 3, 43)); };
     StateDict<T> dict = conv.state_dict();
     dict["weight"] = counting_tensor<T>({4, 3, 3});
     require_refused<T>(conv, run, dict, "Conv1d::load_state_dict: \"weight\" must have shape (4, 3, 5), got (4, 3, 3)");

@@ -85,8 +85,8 @@ TEMPLATE_TEST_CASE("Linear, RNN and Conv1d from 8 threads at once equal the seri
   const attend::RNN<TestType> rnn(12, 9);
   const attend::Conv1d<TestType> conv(12, 6, 3);
   const Tensor3<TestType> X = random_tensor<TestType>(4, 30, 12, 5);
-  const Tensor3<TestType> by_linear = linear.forward(X), by_rnn = rnn(X), by_conv = conv(X);
+  const Tensor3<TestType> by_linear = linear.forward(X), by_rnn = rnn.forward(X), by_conv = conv.forward(X);
   REQUIRE(mismatches<TestType>(by_linear, [&](int) { return linear.forward(X); }) == 0);
-  REQUIRE(mismatches<TestType>(by_rnn, [&](int) { return rnn(X); }) == 0);
-  REQUIRE(mismatches<TestType>(by_conv, [&](int) { return conv(X); }) == 0);
+  REQUIRE(mismatches<TestType>(by_rnn, [&](int) { return rnn.forward(X); }) == 0);
+  REQUIRE(mismatches<TestType>(by_conv, [&](int) { return conv.forward(X); }) == 0);
 }

@@ -21,18 +21,32 @@
 // Initialised as PyTorch does: W, then bias, uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)) with
 // fan_in = in_channels * kernel_size; W is drawn in its row-major order (o, i, t). state_dict() uses nn.Conv1d's
 // names: weight, and bias when has_bias().
+//
+// Training: operator() keeps X for backward(dY). The input's gradient is a correlation of the same kind, of dY with
+// W flipped in time and its channels swapped, padded the other way round (right zero steps before, left after):
+//
+//   dX[b, p, i] = sum_{o, t} W[o, i, t] dY[b, p + left - t, o]          dY outside [0, steps) is 0
+//
+// so it runs on the forward pass's product, with a kernel matrix whose row u * out_channels + o holds
+// W[o, i, k - 1 - u] in column i. The weight's gradient, dW[o, i, t] = sum_{b, s} dY[b, s, o] X[b, s + t - left, i],
+// is per batch row dY transposed times the windows of X (read in place from a copy with the zero steps around it),
+// added over the batch rows in order (detail/products.hpp); the bias's is the column sums of dY. forward() const
+// keeps nothing.
 #pragma once
 
 #include <attend/config.hpp>
 
 #include <algorithm>
+#include <attend/detail/products.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/detail/rows_times_matrix.hpp>
 #include <attend/module.hpp>
+#include <attend/parameter.hpp>
 #include <attend/random.hpp>
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <cmath>
+#include <string>
 #include <vector>
 
 namespace attend {
@@ -52,6 +66,9 @@ class Conv1d : public Module {
     for (Index j = 0; j < weight_.size(); ++j) weight_.data()[j] = generator.uniform(-bound, bound);
     bias_ = Vector<Scalar>::Zero(bias ? out_channels : 0);
     for (Index j = 0; j < bias_.size(); ++j) bias_[j] = generator.uniform(-bound, bound);
+    weight_grad_ = Tensor3<Scalar>(out_channels, in_channels, kernel_size);
+    weight_grad_.setZero();
+    bias_grad_ = Vector<Scalar>::Zero(bias_.size());
   }
 
   Tensor3<Scalar>& weight() { return weight_; }  // (out_channels, in_channels, kernel_size)
@@ -66,67 +83,54 @@ class Conv1d : public Module {
   Index left_padding() const { return (kernel_size_ - 1) / 2; }
   Index right_padding() const { return kernel_size_ - 1 - left_padding(); }
 
-  // X: (batch, steps, in_channels) -> (batch, steps, out_channels).
+  // X: (batch, steps, in_channels) -> (batch, steps, out_channels); keeps X for backward().
   // Zero batch rows or zero steps give an empty result of that shape.
-  Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) const {
-    require_parameters("Conv1d");
-    detail::require_dim(X, 2, in_channels_, "Conv1d", "X", "features (in_channels)");
-    const Index batch = X.dimension(0), steps = X.dimension(1);
-    const Index in = in_channels_, k = kernel_size_, width = in * k;
-
-    // 1. W^T with W's last two axes swapped, (k * in, out): row t * in + i holds W[o, i, t] in column o; its rows
-    //    padded with zeros to whole packets, for the row kernel.
-    const Index padded_out = detail::padded_to_packets<Scalar>(out_channels_);
-    Matrix<Scalar> Wt(width, padded_out);  // (k * in, out rounded up to whole packets)
-    Wt.rightCols(padded_out - out_channels_).setZero();
-    //    Sixteen output channels at a time, so that the writes go to contiguous runs of a row of W^T and the reads to
-    //    sixteen rows of W, not to a new row of W^T (and a new page, with d over 1000) for every element.
-    constexpr Index run = 16;
-    for (Index o0 = 0; o0 < out_channels_; o0 += run) {
-      const Index o1 = std::min(o0 + run, out_channels_);
-      for (Index i = 0; i < in; ++i)
-        for (Index t = 0; t < k; ++t) {
-          Scalar* row = Wt.data() + (t * in + i) * padded_out;  // row t * in + i of W^T
-          for (Index o = o0; o < o1; ++o) row[o] = weight_(o, i, t);
-        }
-    }
-
-    // 2. Output step s of batch row b reads its batch row's steps s - left .. s - left + k - 1, zero outside the row:
-    //    k * in consecutive values of X, a row of a view whose rows overlap (one step, in values, apart). One product
-    //    per chunk of steps with W^T, reading X in place; a chunk at either end of a batch row (at most two per row),
-    //    whose windows reach past it, reads a copy of its steps with the zero rows around them, in a buffer of its
-    //    thread.
-    Tensor3<Scalar> Y(batch, steps, out_channels_);  // (batch, steps, out)
-    const Index left = left_padding();
-    const Index chunks = (steps + detail::rows_per_chunk - 1) / detail::rows_per_chunk;  // per batch row
-    const double chunk_rows = static_cast<double>(std::min(steps, detail::rows_per_chunk));
-    const double per_row = static_cast<double>(width) * static_cast<double>(out_channels_);
-    // A chunk's copy for each thread, allocated here: no allocation inside the parallel region.
-    const Index edge_rows = k > 1 && steps > 0 ? std::min(steps, detail::rows_per_chunk) + k - 1 : 0;
-    std::vector<Matrix<Scalar>> edges(static_cast<std::size_t>(num_threads()), Matrix<Scalar>(edge_rows, in));
-    const detail::Kernels<Scalar>& kernel = detail::kernels<Scalar>();  // before the parallel region: it may throw
-    // Chunks fixed by the shape, not by the number of threads: the same bits for any thread count.
-    detail::parallel_for(batch * chunks, chunk_rows * per_row, static_cast<double>(batch * steps) * per_row,
-                         [&](Index item, int thread) {
-      const Index b = item / chunks, s0 = item % chunks * detail::rows_per_chunk;
-      const Index n = std::min(detail::rows_per_chunk, steps - s0);
-      const Index first = s0 - left, end = first + n + k - 1;  // the steps the windows read: [first, end)
-      const Scalar* windows;  // (n, k * in), rows in apart
-      if (first >= 0 && end <= steps) {
-        windows = X.data() + (b * steps + first) * in;
-      } else {
-        auto edge = edges[static_cast<std::size_t>(thread)].topRows(n + k - 1);  // steps [first, end), 0 outside
-        edge.setZero();
-        const Index lo = std::max<Index>(first, 0), hi = std::min(end, steps);
-        edge.middleRows(lo - first, hi - lo) = detail::slice(X, b).middleRows(lo, hi - lo);
-        windows = edge.data();
-      }
-      Scalar* Yc = Y.data() + (b * steps + s0) * out_channels_;  // (n, out)
-      kernel.rows_times_matrix(false, windows, in, n, width, Wt.data(), padded_out, out_channels_, true,
-                               has_bias_ ? bias_.data() : nullptr, Yc, out_channels_);
-    });
+  Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) {
+    Tensor3<Scalar> Y = forward(X);  // (batch, steps, out_channels); throws before anything is kept
+    recorded_input_ = X;
+    recorded_ = true;
     return Y;
   }
+
+  // The same output, keeping nothing.
+  Tensor3<Scalar> forward(const Tensor3<Scalar>& X) const {
+    require_parameters("Conv1d");
+    detail::require_dim(X, 2, in_channels_, "Conv1d", "X", "features (in_channels)");
+    Tensor3<Scalar> Y(X.dimension(0), X.dimension(1), out_channels_);  // (batch, steps, out)
+    correlate(X, output_kernel(), left_padding(), has_bias_ ? bias_.data() : nullptr, Y);
+    return Y;
+  }
+
+  // dY: (batch, steps, out_channels), the gradient of the last operator() call's output -> dX (batch, steps,
+  // in_channels); adds dW and db into weight_grad() and bias_grad(). Throws std::logic_error when no call was
+  // recorded, std::invalid_argument when dY has another shape or a parameter or gradient was resized; a call that
+  // throws changes nothing.
+  Tensor3<Scalar> backward(const Tensor3<Scalar>& dY) {
+    constexpr const char* where = "Conv1d::backward";
+    detail::require_recorded(recorded_, where, "Conv1d");
+    require_parameters(where);
+    require_gradients(where);
+    const Tensor3<Scalar>& X = recorded_input_;  // (batch, steps, in_channels)
+    const Index batch = X.dimension(0), steps = X.dimension(1);
+    detail::require_shape(dY, {batch, steps, out_channels_}, where, "grad_output", "(batch, steps, out_channels)");
+    Tensor3<Scalar> dX(batch, steps, in_channels_);  // (batch, steps, in_channels)
+    correlate(dY, input_kernel(), right_padding(), nullptr, dX);
+    // This call's gradients, then added, as PyTorch adds a new gradient to .grad.
+    const Tensor3<Scalar> dW = weight_gradient(X, dY);  // (out_channels, in_channels, kernel_size)
+    weight_grad_ += dW;
+    if (has_bias_) bias_grad_ += detail::as_matrix(dY).colwise().sum().transpose();
+    return dX;
+  }
+
+  // The gradients backward() adds to: weight's (out_channels, in_channels, kernel_size) and bias's (out_channels,
+  // empty without a bias), zero at construction.
+  Tensor3<Scalar>& weight_grad() { return weight_grad_; }
+  const Tensor3<Scalar>& weight_grad() const { return weight_grad_; }
+  Vector<Scalar>& bias_grad() { return bias_grad_; }
+  const Vector<Scalar>& bias_grad() const { return bias_grad_; }
+  void zero_grad() { detail::zero_grad_of(*this); }
+  // weight, then bias when has_bias(), with their gradients; see parameter.hpp.
+  std::vector<Parameter<Scalar>> parameters() { return detail::parameters_of<Scalar>(*this, "Conv1d::parameters"); }
 
   // The multiply-adds of one forward pass on (batch, steps, in_channels), as done here:
   // batch * steps * out_channels * in_channels * kernel_size — the product multiplies the padding zeros too.
@@ -148,11 +152,32 @@ class Conv1d : public Module {
   // has_bias().
   template <class Visit>
   void visit_parameters(Visit&& visit) {
-    visit_parameters_of(*this, visit);
+    visit_with_gradients([&](const std::string& name, auto& parameter, auto&, const std::vector<Index>& shape) {
+      visit(name, parameter, shape);
+    });
   }
   template <class Visit>
   void visit_parameters(Visit&& visit) const {
-    visit_parameters_of(*this, visit);
+    visit_with_gradients([&](const std::string& name, auto& parameter, auto&, const std::vector<Index>& shape) {
+      visit(name, parameter, shape);
+    });
+  }
+  // The same with each parameter's gradient: visit(name, parameter, gradient, shape).
+  template <class Visit>
+  void visit_with_gradients(Visit&& visit) {
+    visit_with_gradients_of(*this, visit);
+  }
+  template <class Visit>
+  void visit_with_gradients(Visit&& visit) const {
+    visit_with_gradients_of(*this, visit);
+  }
+
+  // Throws unless the gradient buffers still have the parameters' shapes given at construction.
+  void require_gradients(const char* where) const {
+    visit_with_gradients([&](const std::string& name, const auto& parameter, const auto& gradient,
+                             const std::vector<Index>& shape) {
+      detail::require_gradient_shape(name, parameter, gradient, shape, where);
+    });
   }
 
   // Throws unless the parameters still have the shapes given at construction (weight() and bias() hand out
@@ -169,9 +194,105 @@ class Conv1d : public Module {
 
  private:
   template <class Self, class Visit>
-  static void visit_parameters_of(Self& self, Visit& visit) {
-    visit("weight", self.weight_, {self.out_channels_, self.in_channels_, self.kernel_size_});
-    if (self.has_bias_) visit("bias", self.bias_, {self.out_channels_});
+  static void visit_with_gradients_of(Self& self, Visit& visit) {
+    visit("weight", self.weight_, self.weight_grad_,
+          std::vector<Index>{self.out_channels_, self.in_channels_, self.kernel_size_});
+    if (self.has_bias_) visit("bias", self.bias_, self.bias_grad_, std::vector<Index>{self.out_channels_});
+  }
+
+  // The forward pass's kernel matrix: W with its last two axes swapped, transposed, (k * in, out): row t * in + i
+  // holds W[o, i, t] in column o; its rows padded with zeros to whole packets, for the row kernel.
+  Matrix<Scalar> output_kernel() const {
+    const Index in = in_channels_, out = out_channels_, k = kernel_size_;
+    const Index padded_out = detail::padded_to_packets<Scalar>(out);
+    Matrix<Scalar> B(k * in, padded_out);  // (k * in, out rounded up to whole packets)
+    B.rightCols(padded_out - out).setZero();
+    // Sixteen output channels at a time, so that the writes go to contiguous runs of a row of B and the reads to
+    // sixteen rows of W, not to a new row of B (and a new page, with d over 1000) for every element.
+    constexpr Index run = 16;
+    for (Index o0 = 0; o0 < out; o0 += run) {
+      const Index o1 = std::min(o0 + run, out);
+      for (Index i = 0; i < in; ++i)
+        for (Index t = 0; t < k; ++t) {
+          Scalar* row = B.data() + (t * in + i) * padded_out;  // row t * in + i of B
+          for (Index o = o0; o < o1; ++o) row[o] = weight_(o, i, t);
+        }
+    }
+    return B;
+  }
+
+  // The input gradient's kernel matrix: W flipped in time, its channels swapped, (k * out, in): row u * out + o
+  // holds W[o, i, k - 1 - u] in column i; its rows padded with zeros to whole packets. W is read in its own order,
+  // each element written to the row of its tap.
+  Matrix<Scalar> input_kernel() const {
+    const Index in = in_channels_, out = out_channels_, k = kernel_size_;
+    const Index padded_in = detail::padded_to_packets<Scalar>(in);
+    Matrix<Scalar> B(k * out, padded_in);  // (k * out, in rounded up to whole packets)
+    B.rightCols(padded_in - in).setZero();
+    for (Index o = 0; o < out; ++o)
+      for (Index i = 0; i < in; ++i)
+        for (Index t = 0; t < k; ++t) B((k - 1 - t) * out + o, i) = weight_(o, i, t);
+    return B;
+  }
+
+  // Y (batch, steps, n) = the 'same' correlation of X (batch, steps, m) with a kernel matrix B (k * m, n rounded up
+  // to whole packets; row t * m + j: tap t from channel j), plus bias (n values, or null). Output step s of batch
+  // row b reads that row's steps s - left .. s - left + k - 1, zero outside it: k * m consecutive values of X, a row
+  // of a view whose rows overlap (one step, m values, apart). One product per chunk of steps with B, reading X in
+  // place; a chunk at either end of a batch row (at most two per row), whose windows reach past it, reads a copy of
+  // its steps with the zero rows around them, in a buffer of its thread.
+  void correlate(const Tensor3<Scalar>& X, const Matrix<Scalar>& B, Index left, const Scalar* bias,
+                 Tensor3<Scalar>& Y) const {
+    const Index batch = X.dimension(0), steps = X.dimension(1), m = X.dimension(2), n = Y.dimension(2);
+    const Index k = kernel_size_, width = m * k;
+    const Index chunks = (steps + detail::rows_per_chunk - 1) / detail::rows_per_chunk;  // per batch row
+    const double chunk_rows = static_cast<double>(std::min(steps, detail::rows_per_chunk));
+    const double per_row = static_cast<double>(width) * static_cast<double>(n);
+    // A chunk's copy for each thread, allocated here: no allocation inside the parallel region.
+    const Index edge_rows = k > 1 && steps > 0 ? std::min(steps, detail::rows_per_chunk) + k - 1 : 0;
+    std::vector<Matrix<Scalar>> edges(static_cast<std::size_t>(num_threads()), Matrix<Scalar>(edge_rows, m));
+    const detail::Kernels<Scalar>& kernel = detail::kernels<Scalar>();  // before the parallel region: it may throw
+    // Chunks fixed by the shape, not by the number of threads: the same bits for any thread count.
+    detail::parallel_for(batch * chunks, chunk_rows * per_row, static_cast<double>(batch * steps) * per_row,
+                         [&](Index item, int thread) {
+      const Index b = item / chunks, s0 = item % chunks * detail::rows_per_chunk;
+      const Index rows = std::min(detail::rows_per_chunk, steps - s0);
+      const Index first = s0 - left, end = first + rows + k - 1;  // the steps the windows read: [first, end)
+      const Scalar* windows;  // (rows, k * m), rows m apart
+      if (first >= 0 && end <= steps) {
+        windows = X.data() + (b * steps + first) * m;
+      } else {
+        auto edge = edges[static_cast<std::size_t>(thread)].topRows(rows + k - 1);  // steps [first, end), 0 outside
+        edge.setZero();
+        const Index lo = std::max<Index>(first, 0), hi = std::min(end, steps);
+        edge.middleRows(lo - first, hi - lo) = detail::slice(X, b).middleRows(lo, hi - lo);
+        windows = edge.data();
+      }
+      Scalar* Yc = Y.data() + (b * steps + s0) * n;  // (rows, n)
+      kernel.rows_times_matrix(false, windows, m, rows, width, B.data(), B.cols(), n, true, bias, Yc, n);
+    });
+  }
+
+  // dW (out, in, k): per batch row b, dY_b^T (out, steps) times the windows of X_b (steps, k * in; row s holds X's
+  // steps s - left .. s - left + k - 1), added over the batch rows in order into (out, k * in) with column t * in + i,
+  // then put in W's order. X (batch, steps, in), dY (batch, steps, out).
+  Tensor3<Scalar> weight_gradient(const Tensor3<Scalar>& X, const Tensor3<Scalar>& dY) const {
+    const Index batch = X.dimension(0), steps = X.dimension(1);
+    const Index in = in_channels_, out = out_channels_, k = kernel_size_;
+    Matrix<Scalar> sums = Matrix<Scalar>::Zero(out, k * in);  // (out, k * in)
+    // One batch row's steps with left_padding() zero steps before them and right_padding() after.
+    Matrix<Scalar> padded = Matrix<Scalar>::Zero(steps + k - 1, in);  // (steps + k - 1, in)
+    using Windows = Eigen::Map<const Matrix<Scalar>, 0, Eigen::OuterStride<>>;
+    for (Index b = 0; b < batch; ++b) {
+      padded.middleRows(left_padding(), steps) = detail::slice(X, b);
+      const Windows windows(padded.data(), steps, k * in, Eigen::OuterStride<>(in));  // (steps, k * in), rows in apart
+      detail::transposed_times<Scalar>(true, detail::slice(dY, b), windows, sums);
+    }
+    Tensor3<Scalar> dW(out, in, k);  // (out, in, k)
+    for (Index o = 0; o < out; ++o)
+      for (Index i = 0; i < in; ++i)
+        for (Index t = 0; t < k; ++t) dW(o, i, t) = sums(o, t * in + i);
+    return dW;
   }
 
   static Index checked(Index size, const char* name) {
@@ -185,6 +306,10 @@ class Conv1d : public Module {
   bool has_bias_;
   Tensor3<Scalar> weight_;  // (out_channels, in_channels, kernel_size)
   Vector<Scalar> bias_;     // (out_channels) or empty
+  Tensor3<Scalar> weight_grad_;  // (out_channels, in_channels, kernel_size)
+  Vector<Scalar> bias_grad_;     // (out_channels) or empty
+  Tensor3<Scalar> recorded_input_;  // (batch, steps, in_channels): the last operator() call's X
+  bool recorded_ = false;
 };
 
 }  // namespace ATTEND_ABI

@@ -14,19 +14,33 @@
 // Initialised as PyTorch does: every parameter uniform in [-1/sqrt(hidden_size), 1/sqrt(hidden_size)), drawn in
 // PyTorch's parameter order — weight_ih row by row, weight_hh row by row, bias_ih, bias_hh. state_dict() uses
 // nn.RNN's names: weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0.
+//
+// Training: operator() keeps X and every h_t for backward(dH), which runs backpropagation through time. With
+// dpre_t the gradient of step t's argument of tanh, from the last step back to the first:
+//
+//   dpre_t = (dH_t + dpre_{t+1} W_hh) * (1 - h_t^2)                 (no dpre_{t+1} term at the last step)
+//   dX = dpre W_ih      dW_ih += dpre^T X      dW_hh += dpre^T h_prev      db_ih += sum dpre, db_hh += sum dpre
+//
+// with dpre, X and h_prev (h_{t-1}, h_0 = 0) seen as (batch * steps, ...) rows. The recurrence runs on the calling
+// thread, one (batch, hidden) x (hidden, hidden) product per step on the row kernel, like the forward pass's; the
+// other products are detail/products.hpp's. forward() const keeps nothing.
 #pragma once
 
 #include <attend/config.hpp>
 
 #include <attend/detail/kernels.hpp>
+#include <attend/detail/products.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/detail/transposed_weight.hpp>
 #include <attend/module.hpp>
+#include <attend/parameter.hpp>
 #include <attend/random.hpp>
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <attend/threads.hpp>
 #include <cmath>
+#include <string>
+#include <vector>
 
 namespace attend {
 inline namespace ATTEND_ABI {
@@ -45,6 +59,10 @@ class RNN : public Module {
     fill(weight_hh_.data(), weight_hh_.size(), bound, generator);
     fill(bias_ih_.data(), bias_ih_.size(), bound, generator);
     fill(bias_hh_.data(), bias_hh_.size(), bound, generator);
+    weight_ih_grad_ = Matrix<Scalar>::Zero(hidden_size, input_size);
+    weight_hh_grad_ = Matrix<Scalar>::Zero(hidden_size, hidden_size);
+    bias_ih_grad_ = Vector<Scalar>::Zero(hidden_size);
+    bias_hh_grad_ = Vector<Scalar>::Zero(hidden_size);
   }
 
   Matrix<Scalar>& weight_ih() { return weight_ih_; }  // (hidden_size, input_size)
@@ -58,9 +76,18 @@ class RNN : public Module {
   Index input_size() const { return input_size_; }
   Index hidden_size() const { return hidden_size_; }
 
-  // X: (batch, steps, input_size) -> every h_t: (batch, steps, hidden_size).
+  // X: (batch, steps, input_size) -> every h_t: (batch, steps, hidden_size); keeps X and the result for backward().
   // Zero batch rows or zero steps give an empty result of that shape.
-  Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) const {
+  Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) {
+    Tensor3<Scalar> H = forward(X);  // (batch, steps, hidden_size); throws before anything is kept
+    recorded_input_ = X;
+    recorded_output_ = H;
+    recorded_ = true;
+    return H;
+  }
+
+  // The same output, keeping nothing.
+  Tensor3<Scalar> forward(const Tensor3<Scalar>& X) const {
     require_parameters("RNN");
     detail::require_dim(X, 2, input_size_, "RNN", "X", "features (input_size)");
     const Index batch = X.dimension(0), steps = X.dimension(1), hidden = hidden_size_;
@@ -92,6 +119,59 @@ class RNN : public Module {
     return H;
   }
 
+  // dH: (batch, steps, hidden_size), the gradient of the last operator() call's output (every h_t) -> dX (batch,
+  // steps, input_size); adds the gradients of the four parameters into their buffers. Throws std::logic_error when
+  // no call was recorded, std::invalid_argument when dH has another shape or a parameter or gradient was resized; a
+  // call that throws changes nothing.
+  Tensor3<Scalar> backward(const Tensor3<Scalar>& dH) {
+    constexpr const char* where = "RNN::backward";
+    detail::require_recorded(recorded_, where, "RNN");
+    require_parameters(where);
+    require_gradients(where);
+    const Tensor3<Scalar>& X = recorded_input_;   // (batch, steps, input_size)
+    const Tensor3<Scalar>& H = recorded_output_;  // (batch, steps, hidden_size)
+    const Index batch = X.dimension(0), steps = X.dimension(1), hidden = hidden_size_;
+    detail::require_shape(dH, {batch, steps, hidden}, where, "grad_output", "(batch, steps, hidden_size)");
+
+    const Tensor3<Scalar> dpre = through_time(H, dH);  // (batch, steps, hidden)
+    const auto dpre_rows = detail::as_matrix(dpre);    // (batch * steps, hidden)
+    Tensor3<Scalar> dX(batch, steps, input_size_);     // (batch, steps, input_size)
+    detail::times<Scalar>(false, dpre.data(), hidden, batch * steps, hidden, weight_ih_.data(), input_size_,
+                          input_size_, dX.data(), input_size_);
+
+    // h_{t-1} for every step: H one step later, h_0 = 0 first.
+    Tensor3<Scalar> previous(batch, steps, hidden);  // (batch, steps, hidden)
+    previous.setZero();
+    if (steps > 1)
+      for (Index b = 0; b < batch; ++b)
+        detail::slice(previous, b).bottomRows(steps - 1) = detail::slice(H, b).topRows(steps - 1);
+
+    // This call's gradients, then added, as PyTorch adds a new gradient to .grad.
+    Matrix<Scalar> dW_ih(hidden, input_size_);  // (hidden, input_size)
+    Matrix<Scalar> dW_hh(hidden, hidden);       // (hidden, hidden)
+    detail::transposed_times<Scalar>(false, dpre_rows, detail::as_matrix(X), dW_ih);
+    detail::transposed_times<Scalar>(false, dpre_rows, detail::as_matrix(previous), dW_hh);
+    const Vector<Scalar> db = dpre_rows.colwise().sum().transpose();  // (hidden): both biases' gradient
+    weight_ih_grad_ += dW_ih;
+    weight_hh_grad_ += dW_hh;
+    bias_ih_grad_ += db;
+    bias_hh_grad_ += db;
+    return dX;
+  }
+
+  // The gradients backward() adds to, each of its parameter's shape, zero at construction.
+  Matrix<Scalar>& weight_ih_grad() { return weight_ih_grad_; }  // (hidden_size, input_size)
+  const Matrix<Scalar>& weight_ih_grad() const { return weight_ih_grad_; }
+  Matrix<Scalar>& weight_hh_grad() { return weight_hh_grad_; }  // (hidden_size, hidden_size)
+  const Matrix<Scalar>& weight_hh_grad() const { return weight_hh_grad_; }
+  Vector<Scalar>& bias_ih_grad() { return bias_ih_grad_; }  // (hidden_size)
+  const Vector<Scalar>& bias_ih_grad() const { return bias_ih_grad_; }
+  Vector<Scalar>& bias_hh_grad() { return bias_hh_grad_; }  // (hidden_size)
+  const Vector<Scalar>& bias_hh_grad() const { return bias_hh_grad_; }
+  void zero_grad() { detail::zero_grad_of(*this); }
+  // weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0 with their gradients; see parameter.hpp.
+  std::vector<Parameter<Scalar>> parameters() { return detail::parameters_of<Scalar>(*this, "RNN::parameters"); }
+
   // The multiply-adds of one forward pass on (batch, steps, input_size), as done here: the input projection,
   // batch * steps * hidden * input, and the recurrent products, batch * (steps - 1) * hidden * hidden (h_0 = 0,
   // so the first step has none). Bias additions and tanh are not counted.
@@ -112,11 +192,32 @@ class RNN : public Module {
   // Calls visit(name, parameter, shape) for each parameter, in nn.RNN's order and with its names.
   template <class Visit>
   void visit_parameters(Visit&& visit) {
-    visit_parameters_of(*this, visit);
+    visit_with_gradients([&](const std::string& name, auto& parameter, auto&, const std::vector<Index>& shape) {
+      visit(name, parameter, shape);
+    });
   }
   template <class Visit>
   void visit_parameters(Visit&& visit) const {
-    visit_parameters_of(*this, visit);
+    visit_with_gradients([&](const std::string& name, auto& parameter, auto&, const std::vector<Index>& shape) {
+      visit(name, parameter, shape);
+    });
+  }
+  // The same with each parameter's gradient: visit(name, parameter, gradient, shape).
+  template <class Visit>
+  void visit_with_gradients(Visit&& visit) {
+    visit_with_gradients_of(*this, visit);
+  }
+  template <class Visit>
+  void visit_with_gradients(Visit&& visit) const {
+    visit_with_gradients_of(*this, visit);
+  }
+
+  // Throws unless the gradient buffers still have the parameters' shapes given at construction.
+  void require_gradients(const char* where) const {
+    visit_with_gradients([&](const std::string& name, const auto& parameter, const auto& gradient,
+                             const std::vector<Index>& shape) {
+      detail::require_gradient_shape(name, parameter, gradient, shape, where);
+    });
   }
 
   // Throws unless the parameters still have the shapes given at construction (the accessors hand out references,
@@ -130,11 +231,36 @@ class RNN : public Module {
 
  private:
   template <class Self, class Visit>
-  static void visit_parameters_of(Self& self, Visit& visit) {
-    visit("weight_ih_l0", self.weight_ih_, {self.hidden_size_, self.input_size_});
-    visit("weight_hh_l0", self.weight_hh_, {self.hidden_size_, self.hidden_size_});
-    visit("bias_ih_l0", self.bias_ih_, {self.hidden_size_});
-    visit("bias_hh_l0", self.bias_hh_, {self.hidden_size_});
+  static void visit_with_gradients_of(Self& self, Visit& visit) {
+    const Index hidden = self.hidden_size_;
+    visit("weight_ih_l0", self.weight_ih_, self.weight_ih_grad_, std::vector<Index>{hidden, self.input_size_});
+    visit("weight_hh_l0", self.weight_hh_, self.weight_hh_grad_, std::vector<Index>{hidden, hidden});
+    visit("bias_ih_l0", self.bias_ih_, self.bias_ih_grad_, std::vector<Index>{hidden});
+    visit("bias_hh_l0", self.bias_hh_, self.bias_hh_grad_, std::vector<Index>{hidden});
+  }
+
+  // Backpropagation through time: H (batch, steps, hidden), every h_t of the recorded call, and dH, the gradient of
+  // its output, of that shape -> dpre (batch, steps, hidden), the gradient of each step's argument of tanh. Seen as
+  // (batch, steps * hidden), as in the forward pass, step t of every batch row is a (batch, hidden) view with row
+  // stride steps * hidden; dpre starts as dH, and each step, last first, multiplies its view by tanh's derivative
+  // 1 - h_t^2, then adds it times W_hh into the step before (read in place: dpre_t W_hh is (batch, hidden) x
+  // (hidden, hidden) with W_hh row-major).
+  Tensor3<Scalar> through_time(const Tensor3<Scalar>& H, const Tensor3<Scalar>& dH) const {
+    const Index batch = H.dimension(0), steps = H.dimension(1), hidden = hidden_size_;
+    Tensor3<Scalar> dpre = dH;  // (batch, steps, hidden)
+    if (dpre.size() == 0) return dpre;  // no view of an empty buffer is taken below
+    const detail::Kernels<Scalar>& kernel = detail::kernels<Scalar>();
+    const Index ld = steps * hidden;                          // between batch rows of a step's view
+    Eigen::Map<Matrix<Scalar>> rows(dpre.data(), batch, ld);  // (batch, steps * hidden)
+    Eigen::Map<const Matrix<Scalar>> h(H.data(), batch, ld);  // (batch, steps * hidden)
+    for (Index t = steps - 1; t >= 0; --t) {
+      rows.middleCols(t * hidden, hidden).array() *= Scalar(1) - h.middleCols(t * hidden, hidden).array().square();
+      Scalar* d = dpre.data() + t * hidden;  // (batch, hidden), rows ld apart: dpre_t
+      if (t > 0)
+        kernel.rows_times_matrix(true, d, ld, batch, hidden, weight_hh_.data(), hidden, hidden, false, nullptr,
+                                 d - hidden, ld);
+    }
+    return dpre;
   }
 
   static Index checked(Index size, const char* name) {
@@ -164,6 +290,13 @@ class RNN : public Module {
   Matrix<Scalar> weight_hh_;  // (hidden_size, hidden_size)
   Vector<Scalar> bias_ih_;    // (hidden_size)
   Vector<Scalar> bias_hh_;    // (hidden_size)
+  Matrix<Scalar> weight_ih_grad_;  // (hidden_size, input_size)
+  Matrix<Scalar> weight_hh_grad_;  // (hidden_size, hidden_size)
+  Vector<Scalar> bias_ih_grad_;    // (hidden_size)
+  Vector<Scalar> bias_hh_grad_;    // (hidden_size)
+  Tensor3<Scalar> recorded_input_;   // (batch, steps, input_size): the last operator() call's X
+  Tensor3<Scalar> recorded_output_;  // (batch, steps, hidden_size): its h_1 .. h_steps
+  bool recorded_ = false;
 };
 
 }  // namespace ATTEND_ABI

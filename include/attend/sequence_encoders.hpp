@@ -237,7 +237,7 @@ class RNNEncoder {
   Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) const {
     require_input(X, "X");
     Tensor3<Scalar> H = X;  // (batch, n, d)
-    for (const auto& rnn : layers_) H = rnn(H);
+    for (const auto& rnn : layers_) H = rnn.forward(H);
     return H;
   }
 
@@ -250,7 +250,7 @@ class RNNEncoder {
   // Layer `layer` alone, all its steps: H (batch, n, d) -> (batch, n, d).
   Tensor3<Scalar> layer(Index layer, const Tensor3<Scalar>& H) const {
     require_input(H, "H");
-    return rnn(layer)(H);
+    return rnn(layer).forward(H);
   }
 
   // One time step of one layer, for hidden units [unit_first, unit_last) only:
@@ -379,11 +379,11 @@ class CNNEncoder {
     detail::require_range(first, last, n, where, "positions");
     Tensor3<Scalar> Y;  // (batch, last - first, d)
     if (first == 0 && last == n) {
-      Y = conv(H);
+      Y = conv.forward(H);
     } else {
       const Index begin = std::max<Index>(0, first - conv.left_padding());
       const Index end = std::min(n, last + conv.right_padding());
-      const Tensor3<Scalar> window = conv(detail::steps_of(H, begin, end));  // (batch, end - begin, d)
+      const Tensor3<Scalar> window = conv.forward(detail::steps_of(H, begin, end));  // (batch, end - begin, d)
       Y = detail::steps_of(window, first - begin, last - begin);
     }
     if (layer + 1 < num_layers()) Y = Y.tanh();

@@ -16,6 +16,11 @@ Cases:
                          a mask of every part (the -1e6 rule through DotProductAttentionKeep)
   grad_mha_*             d2l's MultiHeadAttention (eval mode) likewise: the gradients of queries, keys, values and of
                          every weight and bias; grad_mha_self passes one X as all three
+  grad_rnn_*             nn.RNN(batch_first=True), tanh, h0 = 0, differentiated through every step: X, the parameters,
+                         grad_output -> grad_X and the four parameters' .grad
+  grad_conv1d_*          nn.Conv1d(padding='same') on (batch, steps, channels), odd and even kernels, with and without
+                         a bias: grad_X, weight.grad, bias.grad, checked against autograd through make_fixtures.py's
+                         conv1d_reference
   loss_mse               F.mse_loss (mean) and its gradient
   loss_cross_entropy_*   d2l's MaskedSoftmaxCELoss, then .mean() over the batch rows, and its gradient
   optim_*                three steps of torch.optim.SGD / Adam / AdamW on two parameters from given gradients
@@ -23,6 +28,7 @@ Cases:
 
 import os
 import sys
+import warnings
 
 import torch
 from torch import nn
@@ -195,6 +201,66 @@ def mha_cases():
                                                              ("grad_X", X.grad)])
 
 
+def rnn_cases():
+    def case(name, seed, input_size, hidden_size, shape):
+        torch.manual_seed(seed)
+        rnn = nn.RNN(input_size, hidden_size, batch_first=True)
+        X = torch.randn(*shape, requires_grad=True)
+        output, _ = rnn(X)
+        grad_output = torch.randn(output.shape)
+        output.backward(grad_output)
+        labels = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
+        parameters = [(label, getattr(rnn, label + "_l0")) for label in labels]
+        d2l.write_fixture(name, "%s; nn.RNN(%d, %d, batch_first=True), tanh, one layer, h0 = 0, X = randn%s, "
+                          "grad_output = randn of every h_t's shape; grad_X and the parameters' .grad by autograd "
+                          "(through every step)" % (VERSION, input_size, hidden_size, shape),
+                          parameters + [("X", X), ("output", output), ("grad_output", grad_output),
+                                        ("grad_X", X.grad)]
+                          + [(label + "_grad", parameter.grad) for label, parameter in parameters])
+
+    case("grad_rnn_steps", 161, 3, 5, (2, 6, 3))
+    case("grad_rnn_one_step", 162, 4, 2, (3, 1, 4))
+
+
+def conv1d_cases():
+    def case(name, seed, in_channels, out_channels, k, bias, shape):
+        torch.manual_seed(seed)
+        conv = nn.Conv1d(in_channels, out_channels, kernel_size=k, padding="same", bias=bias)
+        X = torch.randn(*shape, requires_grad=True)  # attend's layout (batch, steps, channels)
+        with warnings.catch_warnings():
+            # PyTorch warns that even kernels with padding='same' copy the input.
+            warnings.simplefilter("ignore", UserWarning)
+            output = conv(X.transpose(1, 2)).transpose(1, 2)
+        grad_output = torch.randn(output.shape)
+        output.backward(grad_output)
+        # The same gradients through the direct sum, independently of PyTorch's convolution kernels.
+        X_check = X.detach().clone().requires_grad_(True)
+        weight_check = conv.weight.detach().clone().requires_grad_(True)
+        bias_check = conv.bias.detach().clone().requires_grad_(True) if bias else None
+        d2l.conv1d_reference(X_check, weight_check, bias_check).backward(grad_output)
+        checks = [(X.grad, X_check.grad), (conv.weight.grad, weight_check.grad)]
+        checks += [(conv.bias.grad, bias_check.grad)] if bias else []
+        for autograd, reference in checks:
+            assert torch.allclose(autograd, reference, rtol=1e-12, atol=1e-12), name
+        d2l.write_fixture(name, "%s; nn.Conv1d(%d, %d, kernel_size=%d, padding='same', bias=%s), X = randn%s in "
+                          "(batch, steps, channels), grad_output = randn of the output's shape; grad_X, weight.grad "
+                          "and bias.grad by autograd" % (VERSION, in_channels, out_channels, k, bias, shape),
+                          [("kernel_size", k), ("weight", conv.weight)]
+                          + ([("bias", conv.bias)] if bias else [])
+                          + [("X", X), ("output", output), ("grad_output", grad_output), ("grad_X", X.grad),
+                             ("weight_grad", conv.weight.grad)]
+                          + ([("bias_grad", conv.bias.grad)] if bias else []),
+                          notes=["weight is PyTorch's (out_channels, in_channels, kernel_size); 'same' pads "
+                                 "(k - 1) // 2 steps on the left and the rest on the right"])
+
+    case("grad_conv1d_k1", 171, 3, 4, 1, True, (2, 5, 3))
+    case("grad_conv1d_k2_nobias", 172, 3, 4, 2, False, (2, 5, 3))
+    case("grad_conv1d_k3", 173, 3, 4, 3, True, (2, 7, 3))
+    case("grad_conv1d_k4", 174, 2, 3, 4, True, (2, 7, 2))
+    case("grad_conv1d_k5_nobias", 175, 3, 2, 5, False, (1, 8, 3))
+    case("grad_conv1d_k6_short", 176, 2, 3, 6, True, (2, 3, 2))  # the kernel longer than the sequence
+
+
 def loss_cases():
     torch.manual_seed(121)
     prediction = torch.randn(2, 3, 4, requires_grad=True)
@@ -254,6 +320,8 @@ def main():
     linear_case()
     dot_product_cases()
     mha_cases()
+    rnn_cases()
+    conv1d_cases()
     loss_cases()
     with torch.no_grad():
         optimizer_cases()
