@@ -979,7 +979,7 @@ class Rnn {
             2.0 * static_cast<double>(rnn_.multiply_adds(s_.batch, s_.steps))};
   }
 
-  Tensor3<float> attend_forward() { return rnn_(X_); }                                 // (batch, steps, hidden)
+  Tensor3<float> attend_forward() { return rnn_.forward(X_); }                                 // (batch, steps, hidden)
   torch::Tensor torch_forward() { return std::get<0>(torch_rnn_->forward(X_torch_)); }  // (batch, steps, hidden)
 
   void check_agreement() {
@@ -1039,7 +1039,7 @@ class Conv {
             2.0 * static_cast<double>(conv_.multiply_adds(s_.batch, s_.steps))};
   }
 
-  Tensor3<float> attend_forward() { return conv_(X_); }          // (batch, steps, out)
+  Tensor3<float> attend_forward() { return conv_.forward(X_); }          // (batch, steps, out)
   torch::Tensor torch_forward() { return torch_conv_(X_torch_); }  // (batch, out, steps)
 
   void check_agreement() {

@@ -16,6 +16,9 @@
 //       (attend::set_num_threads), which share out the work inside a stage but cannot run two stages at once.
 //   (c) maximum path length: how many hops a change of x_1 needs to reach y_n, measured by running the chain
 //       stage by stage (attend::measured_path_length), against the formula.
+//   (d) learning: one training step (forward, then backward into the input and the parameters) of each encoder's
+//       layer, MultiHeadAttention, RNN and Conv1d, against n and against d on one thread, beside its forward pass:
+//       the backward pass has the forward's complexity class, at about twice its products.
 //
 // usage: compare_encoders [output_directory] [--long]
 //   writes compare_encoders.csv (n, seconds per forward of each encoder at d = 32), compare_encoders.gp and, when
@@ -24,7 +27,10 @@
 #include <algorithm>
 #include <atomic>
 #include <attend/complexity.hpp>
+#include <attend/conv1d.hpp>
+#include <attend/multi_head_attention.hpp>
 #include <attend/random.hpp>
+#include <attend/rnn.hpp>
 #include <attend/sequence_encoders.hpp>
 #include <attend/threads.hpp>
 #include <chrono>
@@ -57,19 +63,23 @@ namespace {
 
 // How much to measure.
 struct Plan {
-  int repeats;                                       // timings per size; their median is kept
-  std::vector<Index> n_values;                       // (a) time against n, all three encoders at d = n_sweep_d
+  int repeats;                  // timings per size; their median is kept
+  std::vector<Index> n_values;  // (a) time against n, all three encoders at d = n_sweep_d
   Index n_sweep_d;
-  Index attention_d_n;                               // (a) self-attention against d, at this n
-  std::vector<Index> attention_d_values;             //     heads of width 16: d / 16 heads
-  Index recurrent_d_n;                               // (a) RNN and CNN against d, at this n
-  std::vector<Index> rnn_d_values;                   //     the RNN's W_hh (d^2 floats) within this core's L2 cache
+  Index attention_d_n;                    // (a) self-attention against d, at this n
+  std::vector<Index> attention_d_values;  //     heads of width 16: d / 16 heads
+  Index recurrent_d_n;                    // (a) RNN and CNN against d, at this n
+  std::vector<Index> rnn_d_values;        //     the RNN's W_hh (d^2 floats) within this core's L2 cache
   std::vector<Index> cnn_d_values;
-  std::vector<Index> kernel_values;                  // (a) CNN against k, at n = recurrent_d_n, d = kernel_d
+  std::vector<Index> kernel_values;  // (a) CNN against k, at n = recurrent_d_n, d = kernel_d
   Index kernel_d;
-  Index threads_n;                                   // (b) one sequence of this length,
-  std::vector<Index> threads_d_values;               //     at these widths
-  std::vector<Index> path_n_values;                  // (c)
+  Index threads_n;                      // (b) one sequence of this length,
+  std::vector<Index> threads_d_values;  //     at these widths
+  std::vector<Index> path_n_values;     // (c)
+  std::vector<Index> train_n_values;    // (d) a training step against n at d = train_n_d
+  Index train_n_d;
+  std::vector<Index> train_d_values;  // (d) against d at n = train_d_n
+  Index train_d_n;
 };
 
 Plan default_plan() {
@@ -85,7 +95,11 @@ Plan default_plan() {
           256,
           512,
           {64, 256},
-          {2, 4, 8, 16, 32, 64, 128}};
+          {2, 4, 8, 16, 32, 64, 128},
+          {512, 1024, 2048},
+          32,
+          {64, 128, 256},
+          256};
 }
 
 Plan long_plan() {
@@ -101,7 +115,11 @@ Plan long_plan() {
           256,
           1024,
           {32, 64, 128, 256, 512},
-          {2, 4, 8, 16, 32, 64, 128, 256}};
+          {2, 4, 8, 16, 32, 64, 128, 256},
+          {256, 512, 1024, 2048, 4096},
+          32,
+          {64, 96, 128, 192, 256, 384},
+          256};
 }
 
 constexpr Index attention_head_width = 16;  // every self-attention head is 16 wide: d / 16 heads
@@ -159,6 +177,40 @@ std::function<void()> forward_run(Encoder& encoder, const Tensor3<float>& X) {
 template <class Encoder>
 std::function<void()> forward_run(Encoder& encoder, Index n, Index d) {
   return forward_run(encoder, random_input(1, n, d, 7));
+}
+
+// (d): one layer of each encoder, in training mode (no dropout): operator() records, backward() differentiates.
+struct TrainingLayers {
+  TrainingLayers(Index d, attend::Generator& generator)
+      : attention(d, d, d, d, std::max<Index>(d / 16, 1), 0.0f, false, generator),
+        rnn(d, d, generator),
+        cnn(d, d, 3, true, generator) {}
+  attend::MultiHeadAttention<float> attention;
+  attend::RNN<float> rnn;
+  attend::Conv1d<float> cnn;
+};
+
+// Per layer of `layers` (self-attention, RNN, CNN): its forward pass on X, then its training step (the forward and
+// the backward from a gradient of ones), as functions to time.
+std::vector<std::function<void()>> training_runs(TrainingLayers& layers, const Tensor3<float>& X) {
+  Tensor3<float> ones(X.dimensions());  // (1, n, d): dL/dY for L = sum(Y)
+  ones.setConstant(1.0f);
+  const auto keep = [](const Tensor3<float>& Y) { sink.store(Y.data()[0], std::memory_order_relaxed); };
+  return {[&layers, X, keep] { keep(layers.attention.forward(X, X, X)); },
+          [&layers, X, ones, keep] {
+            layers.attention(X, X, X);
+            keep(layers.attention.backward(ones).queries);
+          },
+          [&layers, X, keep] { keep(layers.rnn.forward(X)); },
+          [&layers, X, ones, keep] {
+            layers.rnn(X);
+            keep(layers.rnn.backward(ones));
+          },
+          [&layers, X, keep] { keep(layers.cnn.forward(X)); },
+          [&layers, X, ones, keep] {
+            layers.cnn(X);
+            keep(layers.cnn.backward(ones));
+          }};
 }
 
 struct Sweep {
@@ -401,10 +453,9 @@ int main(int argc, char** argv) try {
             << "Measured here: float, one sequence (batch 1); Eigen " << EIGEN_WORLD_VERSION << '.'
             << EIGEN_MAJOR_VERSION << '.' << EIGEN_MINOR_VERSION << " with " << Eigen::SimdInstructionSetsInUse()
             << "; " << std::thread::hardware_concurrency() << " hardware threads;\n"
-            << (attend::has_openmp()
-                    ? "OpenMP on (attend::num_threads() = " + std::to_string(attend::num_threads()) +
-                          "); attend's kernels and Eigen kept on one thread in (a), on 1 and 2 in (b)"
-                    : std::string("no OpenMP, so attend's kernels and Eigen compute on one thread"))
+            << (attend::has_openmp() ? "OpenMP on (attend::num_threads() = " + std::to_string(attend::num_threads()) +
+                                           "); attend's kernels and Eigen kept on one thread in (a), on 1 and 2 in (b)"
+                                     : std::string("no OpenMP, so attend's kernels and Eigen compute on one thread"))
             << (long_run ? "; the long sweep" : "") << ".\nEvery time is the median of " << plan.repeats
             << " timings after a warm-up; an exponent is the least-squares slope of log time\nagainst log size."
             << " Self-attention heads are " << attention_head_width << " wide (d / " << attention_head_width
@@ -485,41 +536,41 @@ int main(int argc, char** argv) try {
   const Index n_attention = plan.attention_d_n;
   std::cout << "\n  self-attention, time against d at n = " << n_attention << " (d / " << attention_head_width
             << " heads):\n";
-  const auto e_attention_d = report(
-      "d", plan.attention_d_values,
-      sweep<attend::SelfAttentionEncoder<float>>(
-          plan.attention_d_values,
-          [&](Index d) {
-            return attend::SelfAttentionEncoder<float>(d, d / attention_head_width, 1,
-                                                       std::max<Index>(n_attention, 1000), generator);
-          },
-          [&](Index d) { return std::make_pair(n_attention, d); }, plan.repeats));
+  const auto e_attention_d =
+      report("d", plan.attention_d_values,
+             sweep<attend::SelfAttentionEncoder<float>>(
+                 plan.attention_d_values,
+                 [&](Index d) {
+                   return attend::SelfAttentionEncoder<float>(d, d / attention_head_width, 1,
+                                                              std::max<Index>(n_attention, 1000), generator);
+                 },
+                 [&](Index d) { return std::make_pair(n_attention, d); }, plan.repeats));
 
   const Index n_recurrent = plan.recurrent_d_n;
   std::cout << "\n  RNN, time against d at n = " << n_recurrent << ":\n";
-  const auto e_rnn_d = report(
-      "d", plan.rnn_d_values,
-      sweep<attend::RNNEncoder<float>>(
-          plan.rnn_d_values, [&](Index d) { return attend::RNNEncoder<float>(d, 1, generator); },
-          [&](Index d) { return std::make_pair(n_recurrent, d); }, plan.repeats));
+  const auto e_rnn_d =
+      report("d", plan.rnn_d_values,
+             sweep<attend::RNNEncoder<float>>(
+                 plan.rnn_d_values, [&](Index d) { return attend::RNNEncoder<float>(d, 1, generator); },
+                 [&](Index d) { return std::make_pair(n_recurrent, d); }, plan.repeats));
   std::cout << "  (only up to d = " << plan.rnn_d_values.back() << ": on one sequence every step is a matrix-vector"
             << " product that reads all of\n  W_hh, d^2 floats, and from d = 512 or so W_hh crowds a 1.25 MB L2 cache"
             << " like this machine's: every step\n  then slows down by a constant factor as W_hh streams from L3,"
             << " which would bend the fit upwards.)\n";
 
   std::cout << "\n  CNN (k=" << cnn_kernel << "), time against d at n = " << n_recurrent << ":\n";
-  const auto e_cnn_d = report(
-      "d", plan.cnn_d_values,
-      sweep<attend::CNNEncoder<float>>(
-          plan.cnn_d_values, [&](Index d) { return attend::CNNEncoder<float>(d, cnn_kernel, 1, generator); },
-          [&](Index d) { return std::make_pair(n_recurrent, d); }, plan.repeats));
+  const auto e_cnn_d =
+      report("d", plan.cnn_d_values,
+             sweep<attend::CNNEncoder<float>>(
+                 plan.cnn_d_values, [&](Index d) { return attend::CNNEncoder<float>(d, cnn_kernel, 1, generator); },
+                 [&](Index d) { return std::make_pair(n_recurrent, d); }, plan.repeats));
 
   std::cout << "\n  CNN, time against the kernel size k at n = " << n_recurrent << ", d = " << plan.kernel_d << ":\n";
-  const auto e_kernel = report(
-      "k", plan.kernel_values,
-      sweep<attend::CNNEncoder<float>>(
-          plan.kernel_values, [&](Index k) { return attend::CNNEncoder<float>(plan.kernel_d, k, 1, generator); },
-          [&](Index /*k*/) { return std::make_pair(n_recurrent, plan.kernel_d); }, plan.repeats));
+  const auto e_kernel =
+      report("k", plan.kernel_values,
+             sweep<attend::CNNEncoder<float>>(
+                 plan.kernel_values, [&](Index k) { return attend::CNNEncoder<float>(plan.kernel_d, k, 1, generator); },
+                 [&](Index /*k*/) { return std::make_pair(n_recurrent, plan.kernel_d); }, plan.repeats));
 
   std::cout << "\n  summary: the exponent of time, and the seed's; ok = within 0.2\n"
             << "                  in n                in d                exact FLOPs of one forward\n"
@@ -561,8 +612,8 @@ int main(int argc, char** argv) try {
             << "  ceiling of the speedup (timed apart, the two can disagree on a busy machine).\n";
   const double load = load_average();
   if (load >= 0)
-    std::cout << "  The load average when (b) began: " << fixed(load, 2) << " on " << std::thread::hardware_concurrency()
-              << " hardware threads"
+    std::cout << "  The load average when (b) began: " << fixed(load, 2) << " on "
+              << std::thread::hardware_concurrency() << " hardware threads"
               << (load > 0.5 ? ";\n  other processes were running, and the control shows what they left.\n" : ".\n");
   if (load > 0.5 && attend::has_openmp())
     std::cout << "  attend's threads meet at the end of every loop they share, so while another process holds the\n"
@@ -662,10 +713,57 @@ int main(int argc, char** argv) try {
       std::cout << std::setw(12) << cell(attend::measured_path_length(cnn, X), cnn.max_path_length_formula(n));
     std::cout << '\n';
   }
-  std::cout << "  " << (all_agree ? "every measurement agrees with its formula" : "SOME MEASUREMENTS DISAGREE") << ":\n"
-            << "  self-attention 1 (O(1)); RNN n - 1 (O(n)); CNN ceil((n - 1) / floor((k - 1) / 2)) (O(n/k)). A 'same'\n"
-            << "  convolution with an even k puts its extra tap on the right, so information moves right by\n"
-            << "  (k - 2) / 2 per layer, not k / 2: k = 4 is no faster than k = 3 from x_1 to y_n.\n";
+  std::cout
+      << "  " << (all_agree ? "every measurement agrees with its formula" : "SOME MEASUREMENTS DISAGREE") << ":\n"
+      << "  self-attention 1 (O(1)); RNN n - 1 (O(n)); CNN ceil((n - 1) / floor((k - 1) / 2)) (O(n/k)). A 'same'\n"
+      << "  convolution with an even k puts its extra tap on the right, so information moves right by\n"
+      << "  (k - 2) / 2 per layer, not k / 2: k = 4 is no faster than k = 3 from x_1 to y_n.\n";
+
+  // ---- (d) learning ---------------------------------------------------------------------------------------------
+  // One layer of each encoder, on one thread as in (a): its forward pass and its training step, timed in the same
+  // rounds, against n at d = train_n_d and against d at n = train_d_n.
+  attend::set_num_threads(1);
+  std::cout << "\n(d) Learning: one training step (forward + backward) of one layer, on one thread, beside the "
+               "forward pass\n";
+  const auto training_sweep = [&](const char* size_name, const std::vector<Index>& sizes, auto shape) {
+    std::vector<TrainingLayers> layers;
+    layers.reserve(sizes.size());
+    std::vector<std::function<void()>> runs;
+    for (Index size : sizes) {
+      const auto [n, d] = shape(size);
+      layers.emplace_back(d, generator);
+      for (auto& run : training_runs(layers.back(), random_input(1, n, d, 13))) runs.push_back(run);
+    }
+    const std::vector<double> t = median_seconds(runs, plan.repeats);  // per size: 3 x (forward, training step)
+    std::cout << std::setw(8) << size_name
+              << "   self-attention: step ms (x fwd)      RNN: step ms (x fwd)      CNN k=3: step ms (x fwd)\n";
+    std::vector<double> steps[3];
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      std::cout << std::setw(8) << sizes[i];
+      for (std::size_t e = 0; e < 3; ++e) {
+        const double forward = t[6 * i + 2 * e], step = t[6 * i + 2 * e + 1];
+        steps[e].push_back(step);
+        std::cout << std::setw(e == 0 ? 19 : 17) << fixed(1e3 * step, 3) << " (" << fixed(step / forward, 2) << ")";
+      }
+      std::cout << '\n';
+    }
+    std::cout << "  exponent of a step's time";
+    for (std::size_t e = 0; e < 3; ++e)
+      std::cout << std::setw(e == 0 ? 19 : 26) << fixed(attend::loglog_slope(as_doubles(sizes), steps[e]), 2);
+    std::cout << '\n';
+  };
+  std::cout << "\n  against n at d = " << plan.train_n_d
+            << " (self-attention: " << std::max<Index>(plan.train_n_d / 16, 1)
+            << " heads; it takes the tiled path where its weights would pass 1 MiB):\n";
+  training_sweep("n", plan.train_n_values, [&](Index n) { return std::make_pair(n, plan.train_n_d); });
+  std::cout << "\n  against d at n = " << plan.train_d_n << ":\n";
+  training_sweep("d", plan.train_d_values, [&](Index d) { return std::make_pair(plan.train_d_n, d); });
+  std::cout << "  A backward pass repeats the forward's products about twice over (the gradient of the input and of\n"
+            << "  the weights; self-attention also recomputes its weights on the tiled path), so a training step\n"
+            << "  keeps the forward's exponents (self-attention n^2 d at large n, the RNN and the CNN n d^2) at 2.5\n"
+            << "  to 4 times its time. The RNN's backward runs its n steps in reverse, one after another, as its\n"
+            << "  forward does.\n";
+  attend::set_num_threads(start_threads);  // (d) is done
 
   // ---- the CSV and the picture ----------------------------------------------------------------------------------
   std::cout << '\n';

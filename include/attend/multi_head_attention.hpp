@@ -149,7 +149,7 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
 
   void check(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
              const Mask& mask, const char* where) const {
-    check_parameters(where);
+    check_parameters(name);
     detail::require_dim(queries, 2, W_q_.in_features(), where, "queries", "features (query_size)");
     detail::require_dim(keys, 2, W_k_.in_features(), where, "keys", "features (key_size)");
     detail::require_dim(values, 2, W_v_.in_features(), where, "values", "features (value_size)");
