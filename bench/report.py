@@ -54,6 +54,7 @@ def table(results, part, threads):
 
 
 def plot(results, parts, picture):
+    """One bar per shape and thread count (blue: 1 thread, orange: 2), on a log scale, for the parts asked for."""
     data = tempfile.NamedTemporaryFile("w", suffix=".dat", delete=False)
     labels = []
     for part in parts:
@@ -61,21 +62,23 @@ def plot(results, parts, picture):
             for r in rows_of(results, part, threads):
                 ratio = best_torch(r["impl"]) / r["impl"]["attend"]["median_s"]
                 labels.append(("%s %s, %dt" % (part, r["shape"], threads)).replace('"', "'"))
-                data.write("%d %.4f\n" % (len(labels) - 1, ratio))
+                data.write("%d %.4f %d\n" % (len(labels) - 1, ratio, 0x1f77b4 if threads == 1 else 0xff7f0e))
     data.close()
+    width = max(800, 16 * len(labels))
     xtics = ", ".join('"%s" %d' % (label, i) for i, label in enumerate(labels))
     script = """
-if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) { set terminal pngcairo size %d,520 font "Sans,9" } else { set terminal png size %d,520 }
+if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) { set terminal pngcairo size %d,560 font "Sans,9" } else { set terminal png size %d,560 }
 set output '%s'
-set title "libtorch's fastest float contender's time over attend's (above 1: attend is faster)"
+set title "libtorch's fastest float contender's time over attend's, log scale (above 1: attend is faster; blue 1 thread, orange 2)"
 set style fill solid 0.8
 set boxwidth 0.7
 set xtics rotate by -60 (%s) font ",7"
+set logscale y 2
+set yrange [0.25:64]
 set grid ytics
-set yrange [0:*]
 set key off
-plot '%s' using 1:2 with boxes lc rgb '#1f77b4', 1 with lines dt 2 lc rgb '#c00000'
-""" % (max(800, 14 * len(labels)), max(800, 14 * len(labels)), picture, xtics, data.name)
+plot '%s' using 1:2:3 with boxes lc rgb variable, 1 with lines dt 2 lc rgb '#c00000'
+""" % (width, width, picture, xtics, data.name)
     subprocess.run(["gnuplot"], input=script, text=True, check=True)
     os.unlink(data.name)
     print("wrote %s" % picture, file=sys.stderr)
