@@ -761,7 +761,7 @@ int main(int argc, char** argv) try {
   std::cout << "  A backward pass repeats the forward's products about twice over (the gradient of the input and of\n"
             << "  the weights; self-attention also recomputes its weights on the tiled path), so a training step\n"
             << "  keeps the forward's exponents (self-attention n^2 d at large n, the RNN and the CNN n d^2) at 2.5\n"
-            << "  to 4 times its time. The RNN's backward runs its n steps in reverse, one after another, as its\n"
+            << "  to 4.5 times its time. The RNN's backward runs its n steps in reverse, one after another, as its\n"
             << "  forward does.\n";
   attend::set_num_threads(start_threads);  // (d) is done
 
