@@ -118,7 +118,7 @@ class Conv1d : public Module {
     // This call's gradients, then added, as PyTorch adds a new gradient to .grad.
     const Tensor3<Scalar> dW = weight_gradient(X, dY);  // (out_channels, in_channels, kernel_size)
     weight_grad_ += dW;
-    if (has_bias_) bias_grad_ += detail::as_matrix(dY).colwise().sum().transpose();
+    if (has_bias_ && dY.size() > 0) bias_grad_ += detail::as_matrix(dY).colwise().sum().transpose();
     return dX;
   }
 

@@ -97,7 +97,7 @@ class Linear : public Module {
     Matrix<Scalar> dW(out_features_, in_features_);
     detail::transposed_times<Scalar>(false, dY, X, dW);
     weight_grad_ += dW;
-    if (has_bias_) bias_grad_ += dY.colwise().sum().transpose();
+    if (has_bias_ && dY.rows() > 0) bias_grad_ += dY.colwise().sum().transpose();
   }
 
   // backward() for an input its caller recorded: X (batch, steps, in_features), the input of the call being
