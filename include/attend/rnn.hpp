@@ -151,12 +151,12 @@ class RNN : public Module {
     Matrix<Scalar> dW_hh(hidden, hidden);       // (hidden, hidden)
     detail::transposed_times<Scalar>(false, dpre_rows, detail::as_matrix(X), dW_ih);
     detail::transposed_times<Scalar>(false, dpre_rows, detail::as_matrix(previous), dW_hh);
-    Vector<Scalar> db = Vector<Scalar>::Zero(hidden);  // (hidden): both biases' gradient
-    if (dpre_rows.rows() > 0) db = dpre_rows.colwise().sum().transpose();  // (an empty view has no rows to point at)
     weight_ih_grad_ += dW_ih;
     weight_hh_grad_ += dW_hh;
-    bias_ih_grad_ += db;
-    bias_hh_grad_ += db;
+    if (dpre_rows.rows() > 0) {  // both biases' gradient: the column sums (an empty view has no rows to point at)
+      bias_ih_grad_ += dpre_rows.colwise().sum().transpose();
+      bias_hh_grad_ += dpre_rows.colwise().sum().transpose();
+    }
     return dX;
   }
 
