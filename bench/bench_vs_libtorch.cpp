@@ -849,6 +849,7 @@ class AttentionTraining {
 // attend::DotProductAttention on (batch * heads, n, d) against at::scaled_dot_product_attention on (batch, heads, n,
 // d) (PyTorch 2 only), in float and, beside them, SDPA in bfloat16 (its inputs converted once, outside the timing):
 // what a user weighs beside float. FLOPs: 4 b h n^2 d.
+#if TORCH_VERSION_MAJOR >= 2
 struct KernelShape {
   Index batch, heads, n, d;
   MaskKind mask = MaskKind::none;
@@ -858,7 +859,6 @@ const KernelShape kernel_shapes[] = {{2, 5, 4, 20},    {8, 8, 128, 32},   {4, 8,
                                      {1, 25, 1024, 64}, {1, 1, 2048, 64}, {1, 8, 2048, 32}, {1, 4, 2048, 128},
                                      {1, 1, 8192, 64}};
 
-#if TORCH_VERSION_MAJOR >= 2
 class Kernel {
  public:
   static constexpr bool inference = true;
