@@ -13,10 +13,19 @@
 // One projection Y = X W^T of (rows, in) by (out, in), as the attention modules run it (detail/project_rows.hpp):
 // kept = 0 through Eigen's GEMM, kept = 1 from a kept transposed copy of W (detail/transposed_weight.hpp), its
 // comparison with W on every call included. 2 * rows * in * out FLOPs.
+//
+//   ./build/bench/bench_attention --benchmark_filter=RowKernel
+//
+// The row kernel alone (detail/kernels/products-inl.hpp) on the avx2 level: Y (rows, out) = X (rows, in) B (in, out),
+// B's rows `out` apart, in panels of tuning::product_panel_depth by product_panel_width. packed = 1 as attend runs
+// it (each panel copied into micro-panels from tuning::packed_product_rows rows on), packed = 0 with each panel read
+// in place, as products of fewer rows run, for comparison. Skipped on a CPU without AVX2.
 #include <attend/attend.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/detail/transposed_weight.hpp>
 #include <benchmark/benchmark.h>
+
+#include <algorithm>
 
 namespace {
 
@@ -54,6 +63,60 @@ void Projection(benchmark::State& state) {
   state.counters["FLOPS"] =
       benchmark::Counter(2.0 * rows * in * out, benchmark::Counter::kIsIterationInvariantRate);
 }
+
+template <class Scalar>
+void RowKernel(benchmark::State& state) {
+  const attend::Index rows = state.range(0), in = state.range(1), out = state.range(2);
+  const bool packed = state.range(3) != 0;
+#ifdef ATTEND_X86_DISPATCH
+  if (!attend::detail::cpu_has(attend::Isa::avx2)) {
+    state.SkipWithError("no AVX2 on this CPU");
+    return;
+  }
+  const attend::Matrix<Scalar> X = attend::Matrix<Scalar>::Random(rows, in);  // (rows, in)
+  const attend::Matrix<Scalar> B = attend::Matrix<Scalar>::Random(in, out);   // (in, out)
+  attend::Matrix<Scalar> Y(rows, out);                                          // (rows, out)
+  const auto& kernel = attend::detail::kernels_for<Scalar>(attend::Isa::avx2);
+  for (auto _ : state) {
+    if (packed) {
+      kernel.rows_times_matrix(false, X.data(), in, rows, in, B.data(), out, out, false, nullptr, Y.data(), out);
+    } else {  // the same panels of B, read in place
+      constexpr attend::Index depth = attend::detail::tuning::product_panel_depth<Scalar>;
+      constexpr attend::Index width = attend::detail::tuning::product_panel_width<Scalar>;
+      for (attend::Index o0 = 0; o0 < out; o0 += width)
+        for (attend::Index k0 = 0; k0 < in; k0 += depth) {
+          const attend::Index columns = std::min(width, out - o0), steps = std::min(depth, in - k0);
+          const Scalar* panel = B.data() + k0 * out + o0;
+          if (k0 > 0) {
+            attend::detail::avx2::rows_times_panel<true, Scalar>(X.data() + k0, in, rows, steps, panel, out, columns,
+                                                                 false, nullptr, Y.data() + o0, out);
+          } else {
+            attend::detail::avx2::rows_times_panel<false, Scalar>(X.data() + k0, in, rows, steps, panel, out, columns,
+                                                                  false, nullptr, Y.data() + o0, out);
+          }
+        }
+    }
+    benchmark::DoNotOptimize(Y.data());
+  }
+  state.counters["FLOPS"] =
+      benchmark::Counter(2.0 * rows * in * out, benchmark::Counter::kIsIterationInvariantRate);
+#else
+  static_cast<void>(rows + in + out + packed);
+  state.SkipWithError("the avx2 level exists on x86-64 only");
+#endif
+}
+
+BENCHMARK_TEMPLATE(RowKernel, float)
+    ->ArgNames({"rows", "in", "out", "packed"})
+    ->ArgsProduct({{64, 256}, {256}, {256}, {0, 1}})
+    ->ArgsProduct({{256}, {1024}, {1024}, {0, 1}})
+    ->ArgsProduct({{128}, {64}, {256}, {0, 1}})
+    ->ArgsProduct({{128}, {256}, {64}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(RowKernel, double)
+    ->ArgNames({"rows", "in", "out", "packed"})
+    ->ArgsProduct({{256}, {256, 1024}, {256}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_TEMPLATE(Projection, float)
     ->ArgNames({"rows", "in", "out", "kept"})

@@ -61,6 +61,11 @@ constexpr Eigen::Index product_panel_depth = 256;
 template <class Scalar>
 constexpr Eigen::Index product_panel_width = 128 * 4 / sizeof(Scalar);  // 512 bytes a row
 
+// A product of at least this many rows copies each panel of B into contiguous micro-panels first
+// (detail/kernels/products-inl.hpp): the copy costs about 2 / rows of the product's time, under 4 % from here, while
+// B read in place misses L1 whenever its rows are a power of two apart; with fewer rows the copy does not pay.
+constexpr Eigen::Index packed_product_rows = 64;
+
 // Projections of at most this many rows of floats read W as it is stored on the avx512 level (the seed's 8 rows):
 // no kept copy to compare; and of inputs at most few_rows_max_in wide (their interleaved copy, 16 KiB, on the stack).
 constexpr Eigen::Index few_rows = 8;

@@ -4,11 +4,12 @@
 // Each row of Y is a sum of rows of B scaled by X's entries: packets along Y's columns, R rows of X at a time by up to
 // C = 4 packets of columns, all R * C accumulators in registers (row_accumulators: 6 x 4, or 12 x 2 for a narrow Y,
 // with 32 vector registers; 4 x 3 or 6 x 2 with 16); step k loads C packets of row k of B and R entries of X for
-// R * C multiply-adds. No packing, no reduction across lanes: for a B that stays in cache (a kept W^T of a projection,
-// a panel of K^T and a block of values in the tiled kernel, a tiny head's values) it runs faster than a GEMM that
-// repacks both operands on every call. A larger B is taken in panels that do (tuning::product_panel_bytes). A B whose
-// rows end at Y's last column (not padded to whole packets) gets its last columns, fewer than a packet, through one
-// packet of which only those lanes are loaded and stored.
+// R * C multiply-adds, with no reduction across lanes. X is never packed. B is read in place for a product of few rows
+// (a projection of the seed's 8 rows, an RNN step), in panels that stay in L2 when it is large
+// (tuning::product_panel_bytes); with tuning::packed_product_rows rows or more, each panel of B is first copied into
+// contiguous micro-panels (below), a copy that costs a few per cent of such a product. A B whose rows end at Y's last
+// column (not padded to whole packets) gets its last columns, fewer than a packet, through one packet of which only
+// those lanes are loaded and stored.
 //
 // Every element of Y is one chain of multiply-adds over k in order, from 0 (or from Y's value when accumulating),
 // then plus its bias: the same bits whatever the number of rows in a call, so whatever the number of threads, and
@@ -158,30 +159,134 @@ void rows_times_panel(const Scalar* X, Index ldx, Index rows, Index in, const Sc
     rows_times_matrix_rows<1, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, padded, bias, Y + r * ldy, ldy);
 }
 
+// ---- packed panels: B copied into contiguous micro-panels, for a product with many rows ----------------------------
+//
+// Read in place, a row-major B whose rows are a power of two apart (a kept W^T of 256 columns, a panel of K^T) maps
+// each step's few cache lines onto a handful of L1 sets: the panel that a block of rows walks over does not stay in
+// L1, and every load of B goes to L2. With at least tuning::packed_product_rows rows, each panel of B (at most
+// product_panel_depth rows by product_panel_width columns) is first copied into micro-panels of packed_packets
+// packets, each (steps, packets * size) contiguous, which the row blocks then stream in order. The copy moves values
+// only: each element of Y is the same chain of multiply-adds, so the bits are those of the in-place kernel.
+
+// Packets of columns in a micro-panel, and rows of X a block: 6 x 4 accumulators with 32 registers, 6 x 2 with 16.
+template <class Scalar>
+constexpr int packed_packets = Simd<Scalar>::registers >= 32 ? 4 : 2;
+template <class Scalar>
+constexpr int packed_rows = row_accumulators<Scalar> / packed_packets<Scalar>;
+
+// Columns of a whole micro-panel.
+template <class Scalar>
+constexpr Index packed_width = packed_packets<Scalar>* Simd<Scalar>::size;
+
+// Micro-panels of B's (steps, columns) panel, rows ldb apart, into `packed`: each of packed_width columns but the
+// last, which has the columns left rounded up to whole packets; each (steps, its width), contiguous, zero past
+// `columns`. Reads only B's first `columns` columns.
+template <class Scalar>
+void pack_panel(const Scalar* B, Index ldb, Index steps, Index columns, Scalar* packed) {
+  constexpr Index P = Simd<Scalar>::size;
+  for (Index j0 = 0; j0 < columns; j0 += packed_width<Scalar>) {
+    const Index present = std::min(packed_width<Scalar>, columns - j0);
+    const Index width = (present + P - 1) / P * P;
+    for (Index k = 0; k < steps; ++k) {
+      const Scalar* from = B + k * ldb + j0;
+      Scalar* to = packed + k * width;
+      std::copy(from, from + present, to);
+      std::fill(to + present, to + width, Scalar(0));
+    }
+    packed += steps * width;
+  }
+}
+
+// R rows of Y, columns [0, columns): Y (+)= X (R, steps) times the packed panel (+ bias), micro-panel by micro-panel.
+template <int R, bool Accumulate, class Scalar>
+void packed_rows_times_panel(const Scalar* X, Index ldx, Index steps, const Scalar* packed, Index columns,
+                             const Scalar* bias, Scalar* Y, Index ldy) {
+  constexpr Index P = Simd<Scalar>::size, W = packed_width<Scalar>;
+  constexpr int C = packed_packets<Scalar>;
+  for (Index j0 = 0; j0 < columns; j0 += W) {
+    const Index present = std::min(W, columns - j0);
+    const Scalar* bias_j0 = bias != nullptr ? bias + j0 : nullptr;
+    switch ((present + P - 1) / P) {  // the micro-panel's packets: C but for the last
+      case 1:
+        rows_times_matrix_block<R, 1, Accumulate>(X, ldx, steps, packed, P, 0, present, bias_j0, Y + j0, ldy);
+        break;
+      case 2:
+        if constexpr (C >= 2)
+          rows_times_matrix_block<R, 2, Accumulate>(X, ldx, steps, packed, 2 * P, 0, present, bias_j0, Y + j0, ldy);
+        break;
+      case 3:
+        if constexpr (C >= 3)
+          rows_times_matrix_block<R, 3, Accumulate>(X, ldx, steps, packed, 3 * P, 0, present, bias_j0, Y + j0, ldy);
+        break;
+      case 4:
+        if constexpr (C >= 4)
+          rows_times_matrix_block<R, 4, Accumulate>(X, ldx, steps, packed, 4 * P, 0, present, bias_j0, Y + j0, ldy);
+        break;
+      default: break;
+    }
+    packed += steps * ((present + P - 1) / P * P);
+  }
+}
+
+// Every row of Y over one packed panel: packed_rows at a time, then 4, then one.
+template <bool Accumulate, class Scalar>
+void packed_times_panel(const Scalar* X, Index ldx, Index rows, Index steps, const Scalar* packed, Index columns,
+                        const Scalar* bias, Scalar* Y, Index ldy) {
+  constexpr int R = packed_rows<Scalar>;
+  Index r = 0;
+  for (; r + R <= rows; r += R)
+    packed_rows_times_panel<R, Accumulate>(X + r * ldx, ldx, steps, packed, columns, bias, Y + r * ldy, ldy);
+  for (; r + 4 <= rows; r += 4)
+    packed_rows_times_panel<4, Accumulate>(X + r * ldx, ldx, steps, packed, columns, bias, Y + r * ldy, ldy);
+  for (; r < rows; ++r)
+    packed_rows_times_panel<1, Accumulate>(X + r * ldx, ldx, steps, packed, columns, bias, Y + r * ldy, ldy);
+}
+
+// This thread's buffer for one packed panel, (product_panel_depth, product_panel_width): allocated on a thread's
+// first packed product, kept until the thread ends.
+template <class Scalar>
+Scalar* packed_panel_buffer() {
+  static_assert(tuning::product_panel_width<Scalar> % packed_width<Scalar> == 0, "a panel holds whole micro-panels");
+  thread_local std::vector<Scalar> buffer(
+      static_cast<std::size_t>(tuning::product_panel_depth<Scalar> * tuning::product_panel_width<Scalar>));
+  return buffer.data();
+}
+
 // Y (rows, out) = X (rows, in) B (in, out) + bias, or Y += X B + bias when Accumulate. X rows ldx apart, B rows ldb
 // apart, Y rows ldy apart; bias (out) or null. With in = 0, Y = bias (0 without one), or Y unchanged when
 // accumulating: X and B are then never read, and either may be null.
 // padded: B's rows may be read in whole packets, out rounded up to a multiple of the packet (a padded copy, or out a
 // multiple of the packet); false: B's rows end at `out`, and the last out % packet columns of Y go through one packet
 // whose other lanes are not touched.
-// A B over tuning::product_panel_bytes goes in panels of product_panel_depth rows by product_panel_width columns,
-// each panel's depth slices accumulated in order (the bias with the last), so each element's chain is unchanged.
+// At least tuning::packed_product_rows rows: B in packed panels (above). Fewer: B read in place, in panels of
+// product_panel_depth rows by product_panel_width columns when it is over tuning::product_panel_bytes. Either way each
+// panel's depth slices are accumulated in order (the bias with the last), so each element's chain is unchanged.
 template <bool Accumulate, class Scalar>
 void rows_times_matrix(const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B, Index ldb, Index out,
                        bool padded, const Scalar* bias, Scalar* Y, Index ldy) {
+  const bool packs = rows >= tuning::packed_product_rows && in > 0;
   const double bytes = static_cast<double>(in) * static_cast<double>(out) * sizeof(Scalar);
-  if (bytes <= tuning::product_panel_bytes) {
+  if (!packs && bytes <= tuning::product_panel_bytes) {
     rows_times_panel<Accumulate>(X, ldx, rows, in, B, ldb, out, padded, bias, Y, ldy);
     return;
   }
   constexpr Index depth = tuning::product_panel_depth<Scalar>, width = tuning::product_panel_width<Scalar>;
+  Scalar* packed = packs ? packed_panel_buffer<Scalar>() : nullptr;
   for (Index o0 = 0; o0 < out; o0 += width) {
     const Index columns = std::min(width, out - o0);
     for (Index k0 = 0; k0 < in; k0 += depth) {
       const Index steps = std::min(depth, in - k0);
       const Scalar* panel_bias = k0 + steps == in && bias != nullptr ? bias + o0 : nullptr;
       const Scalar* panel = B + k0 * ldb + o0;  // (steps, columns), rows ldb apart
-      if (Accumulate || k0 > 0) {
+      const bool accumulate = Accumulate || k0 > 0;
+      if (packs) {
+        pack_panel(panel, ldb, steps, columns, packed);
+        if (accumulate) {
+          packed_times_panel<true>(X + k0, ldx, rows, steps, packed, columns, panel_bias, Y + o0, ldy);
+        } else {
+          packed_times_panel<false>(X + k0, ldx, rows, steps, packed, columns, panel_bias, Y + o0, ldy);
+        }
+      } else if (accumulate) {
         rows_times_panel<true>(X + k0, ldx, rows, steps, panel, ldb, columns, padded, panel_bias, Y + o0, ldy);
       } else {
         rows_times_panel<false>(X + k0, ldx, rows, steps, panel, ldb, columns, padded, panel_bias, Y + o0, ldy);
