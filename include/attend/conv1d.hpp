@@ -53,7 +53,7 @@ namespace attend {
 inline namespace ATTEND_ABI {
 
 template <class Scalar>
-class Conv1d : public Module {
+class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scalar> {
  public:
   Conv1d(Index in_channels, Index out_channels, Index kernel_size, bool bias = true,
          Generator& generator = default_generator())
@@ -109,7 +109,7 @@ class Conv1d : public Module {
     constexpr const char* where = "Conv1d::backward";
     detail::require_recorded(recorded_, where, "Conv1d");
     require_parameters(where);
-    require_gradients(where);
+    this->require_gradients(where);
     const Tensor3<Scalar>& X = recorded_input_;  // (batch, steps, in_channels)
     const Index batch = X.dimension(0), steps = X.dimension(1);
     detail::require_shape(dY, {batch, steps, out_channels_}, where, "grad_output", "(batch, steps, out_channels)");
@@ -128,9 +128,6 @@ class Conv1d : public Module {
   const Tensor3<Scalar>& weight_grad() const { return weight_grad_; }
   Vector<Scalar>& bias_grad() { return bias_grad_; }
   const Vector<Scalar>& bias_grad() const { return bias_grad_; }
-  void zero_grad() { detail::zero_grad_of(*this); }
-  // weight, then bias when has_bias(), with their gradients; see parameter.hpp.
-  std::vector<Parameter<Scalar>> parameters() { return detail::parameters_of<Scalar>(*this, "Conv1d::parameters"); }
 
   // The multiply-adds of one forward pass on (batch, steps, in_channels), as done here:
   // batch * steps * out_channels * in_channels * kernel_size — the product multiplies the padding zeros too.
@@ -141,44 +138,10 @@ class Conv1d : public Module {
     return batch * steps * out_channels_ * in_channels_ * kernel_size_;
   }
 
-  // "weight" (out_channels, in_channels, kernel_size), "bias" (out_channels) when has_bias(): nn.Conv1d's names;
-  // see state_dict.hpp.
-  StateDict<Scalar> state_dict() const { return detail::state_dict_of<Scalar>(*this, "Conv1d::state_dict"); }
-  void load_state_dict(const StateDict<Scalar>& dict) {
-    detail::load_state_dict_into(*this, dict, "Conv1d::load_state_dict");
-  }
-
-  // Calls visit(name, parameter, shape) for each parameter, in nn.Conv1d's order: "weight", then "bias" when
-  // has_bias().
-  template <class Visit>
-  void visit_parameters(Visit&& visit) {
-    visit_with_gradients([&](const std::string& name, auto& parameter, auto&, const std::vector<Index>& shape) {
-      visit(name, parameter, shape);
-    });
-  }
-  template <class Visit>
-  void visit_parameters(Visit&& visit) const {
-    visit_with_gradients([&](const std::string& name, auto& parameter, auto&, const std::vector<Index>& shape) {
-      visit(name, parameter, shape);
-    });
-  }
-  // The same with each parameter's gradient: visit(name, parameter, gradient, shape).
-  template <class Visit>
-  void visit_with_gradients(Visit&& visit) {
-    visit_with_gradients_of(*this, visit);
-  }
-  template <class Visit>
-  void visit_with_gradients(Visit&& visit) const {
-    visit_with_gradients_of(*this, visit);
-  }
-
-  // Throws unless the gradient buffers still have the parameters' shapes given at construction.
-  void require_gradients(const char* where) const {
-    visit_with_gradients([&](const std::string& name, const auto& parameter, const auto& gradient,
-                             const std::vector<Index>& shape) {
-      detail::require_gradient_shape(name, parameter, gradient, shape, where);
-    });
-  }
+  // zero_grad(), parameters(), state_dict(), load_state_dict(), visit_parameters(), visit_with_gradients() and
+  // require_gradients(): detail::WithParameters (parameter.hpp), over these parameters:
+  // weight (out_channels, in_channels, kernel_size), then bias (out_channels) when has_bias(): nn.Conv1d's names
+  // and order.
 
   // Throws unless the parameters still have the shapes given at construction (weight() and bias() hand out
   // references, so they can be resized from outside). `where` names the caller in the message.
@@ -193,6 +156,10 @@ class Conv1d : public Module {
   }
 
  private:
+  friend class detail::WithParameters<Conv1d<Scalar>, Scalar>;
+  static constexpr const char* module_name = "Conv1d";
+
+  // Calls visit(name, parameter, gradient, shape) for each parameter of self (a Conv1d or a const one).
   template <class Self, class Visit>
   static void visit_with_gradients_of(Self& self, Visit& visit) {
     visit("weight", self.weight_, self.weight_grad_,
@@ -246,14 +213,13 @@ class Conv1d : public Module {
     const Index batch = X.dimension(0), steps = X.dimension(1), m = X.dimension(2), n = Y.dimension(2);
     const Index k = kernel_size_, width = m * k;
     const Index chunks = (steps + detail::rows_per_chunk - 1) / detail::rows_per_chunk;  // per batch row
-    const double chunk_rows = static_cast<double>(std::min(steps, detail::rows_per_chunk));
     const double per_row = static_cast<double>(width) * static_cast<double>(n);
     // A chunk's copy for each thread, allocated here: no allocation inside the parallel region.
     const Index edge_rows = k > 1 && steps > 0 ? std::min(steps, detail::rows_per_chunk) + k - 1 : 0;
     std::vector<Matrix<Scalar>> edges(static_cast<std::size_t>(num_threads()), Matrix<Scalar>(edge_rows, m));
     const detail::Kernels<Scalar>& kernel = detail::kernels<Scalar>();  // before the parallel region: it may throw
     // Chunks fixed by the shape, not by the number of threads: the same bits for any thread count.
-    detail::parallel_for(batch * chunks, chunk_rows * per_row, static_cast<double>(batch * steps) * per_row,
+    detail::parallel_for(batch * chunks, static_cast<double>(batch * steps) * per_row,
                          [&](Index item, int thread) {
       const Index b = item / chunks, s0 = item % chunks * detail::rows_per_chunk;
       const Index rows = std::min(detail::rows_per_chunk, steps - s0);

@@ -58,14 +58,12 @@ namespace detail {
 // already inside a parallel region, there are at least two pieces, and all of them together are worth a team (at
 // least tuning::worth_a_team multiply-adds); otherwise serially, with thread 0. (A team for one piece, or for little
 // work, mostly waits for its threads, which on a busy machine can take a scheduler time slice.) thread, in
-// [0, num_threads()), says whose scratch to use. largest_product: the multiply-adds of the largest piece (for a
-// reader of the call: the rule needs only the total); total_work: of all pieces. Every piece is computed by one thread whatever their
-// number, so the result does not depend on the thread count. body must not throw (it runs inside a parallel region):
-// allocate before.
+// [0, num_threads()), says whose scratch to use; total_work: the multiply-adds of all pieces together. Every piece is
+// computed by one thread whatever their number, so the result does not depend on the thread count. body must not
+// throw (it runs inside a parallel region): allocate before.
 template <class Body>
-void parallel_for(Index count, double largest_product, double total_work, Body&& body) {
+void parallel_for(Index count, double total_work, Body&& body) {
 #ifdef _OPENMP
-  static_cast<void>(largest_product);
   const bool team = count > 1 && total_work >= tuning::worth_a_team;
   if (count > 0 && team && omp_get_max_threads() > 1 && !omp_in_parallel()) {
 #pragma omp parallel for schedule(dynamic, 1)
@@ -73,7 +71,6 @@ void parallel_for(Index count, double largest_product, double total_work, Body&&
     return;
   }
 #else
-  static_cast<void>(largest_product);
   static_cast<void>(total_work);
 #endif
   for (Index i = 0; i < count; ++i) body(i, 0);

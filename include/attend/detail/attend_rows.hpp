@@ -127,9 +127,8 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
   std::vector<Matrix<Scalar>> transposed_keys(tiny ? 0 : threads, Matrix<Scalar>::Zero(d, padded_keys));  // (d, keys)
   std::vector<Matrix<Scalar>> dropped(dropout.active() ? threads : 0, Matrix<Scalar>(num_queries, num_keys));
   // One (batch row, head) pair: its own slice of the weights and its own columns of the output.
-  parallel_for(batch * num_heads,
-               static_cast<double>(num_queries) * static_cast<double>(num_keys) * static_cast<double>(std::max(d, dv)),
-               static_cast<double>(weights.size()) * static_cast<double>(d + dv), [&](Index bh, int thread) {
+  parallel_for(batch * num_heads, static_cast<double>(weights.size()) * static_cast<double>(d + dv),
+               [&](Index bh, int thread) {
     const Index b = bh / num_heads, h = bh % num_heads;
     const auto Qh = Q.head(b, h);           // (queries, d), a strided view
     const auto Kh = K.head(b, h / group);   // (keys, d)

@@ -69,9 +69,9 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
   std::vector<AttentionBackwardScratch<Scalar>> scratch(static_cast<std::size_t>(num_threads()),
                                                         AttentionBackwardScratch<Scalar>(num_queries, num_keys, dv));
-  const double pair_work = static_cast<double>(num_queries) * static_cast<double>(num_keys);
-  parallel_for(batch * kv_heads, pair_work * static_cast<double>(std::max(d, dv)),
-               pair_work * static_cast<double>(batch * num_heads) * static_cast<double>(2 * d + 2 * dv),
+  const double total = static_cast<double>(num_queries) * static_cast<double>(num_keys) *
+                       static_cast<double>(batch * num_heads) * static_cast<double>(2 * d + 2 * dv);
+  parallel_for(batch * kv_heads, total,
                [&](Index kv_pair, int thread) {
                  AttentionBackwardScratch<Scalar>& s = scratch[static_cast<std::size_t>(thread)];
                  const Index b = kv_pair / kv_heads, g = kv_pair % kv_heads;

@@ -112,12 +112,10 @@ void flash_attention_heads(const Heads<const Scalar>& Q, const Heads<const Scala
   buffers.threads.resize(static_cast<std::size_t>(num_threads()));
   for (FlashWorkspace<Scalar>& ws : buffers.threads) ws.resize(blocks, d, dv);
 
-  const double tile = static_cast<double>(blocks.query_rows) * static_cast<double>(blocks.key_rows);
   const double all_pairs = static_cast<double>(pairs) * static_cast<double>(num_queries) *
                            static_cast<double>(num_keys);
-  const double largest_product = tile * static_cast<double>(std::max(d, dv));
   const double total_work = all_pairs * static_cast<double>(d + dv);
-  parallel_for(kv_pairs, largest_product, total_work, [&](Index kv_pair, int) {
+  parallel_for(kv_pairs, total_work, [&](Index kv_pair, int) {
     const Index b = kv_pair / kv_heads, g = kv_pair % kv_heads;
     for (Index t = 0; d > 0 && t < panels; ++t) {
       const Index k0 = t * blocks.key_rows, width = std::min(blocks.key_rows, num_keys - k0);
@@ -128,7 +126,7 @@ void flash_attention_heads(const Heads<const Scalar>& Q, const Heads<const Scala
     }
     if (copy_values) buffers.V.block(kv_pair * num_keys, 0, num_keys, dv) = V.head(b, g);
   });
-  parallel_for(items, largest_product, total_work, [&](Index item, int thread) {
+  parallel_for(items, total_work, [&](Index item, int thread) {
     const Index qb = item % query_blocks, pair = item / query_blocks;
     const Index b = pair / num_heads, h = pair % num_heads, kv_pair = b * kv_heads + h / group;
     const Index q0 = qb * blocks.query_rows;

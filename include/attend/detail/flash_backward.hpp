@@ -105,10 +105,9 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
   std::vector<FlashBackwardScratch<Scalar>> scratch(static_cast<std::size_t>(num_threads()),
                                                     FlashBackwardScratch<Scalar>(br, bc, d, dv));
-  const double tile = static_cast<double>(br) * static_cast<double>(bc) * static_cast<double>(std::max(d, dv));
   const double total = static_cast<double>(pairs) * static_cast<double>(num_queries) * static_cast<double>(num_keys) *
                        static_cast<double>(3 * d + 2 * dv);
-  parallel_for(kv_pairs * groups, tile, total, [&](Index item, int thread) {
+  parallel_for(kv_pairs * groups, total, [&](Index item, int thread) {
     FlashBackwardScratch<Scalar>& s = scratch[static_cast<std::size_t>(thread)];
     const Index kv_pair = item / groups, split = item % groups;
     const Index b = kv_pair / kv_heads, g = kv_pair % kv_heads;
@@ -195,7 +194,7 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
     }
   });
   // dQ = (partial 0 + partial 1 + ...) / sqrt(d), in group order.
-  parallel_for(pairs, 0, static_cast<double>(groups * pairs * num_queries * d), [&](Index pair, int) {
+  parallel_for(pairs, static_cast<double>(groups * pairs * num_queries * d), [&](Index pair, int) {
     auto dQh = dQ.head(pair / num_heads, pair % num_heads);  // (queries, d)
     dQh = partial_dQ.middleRows(pair * num_queries, num_queries);
     for (Index split = 1; split < groups; ++split)

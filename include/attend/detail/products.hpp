@@ -25,14 +25,10 @@ void times(bool accumulate, const Scalar* A, Index lda, Index m, Index k, const 
   if (m == 0 || n == 0) return;
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
   const Index chunks = (m + tuning::rows_per_chunk - 1) / tuning::rows_per_chunk;
-  const double chunk_work = static_cast<double>(std::min(m, tuning::rows_per_chunk)) * static_cast<double>(k) *
-                            static_cast<double>(n);
-  parallel_for(chunks, chunk_work, static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n),
-               [&](Index c, int) {
-                 const Index r0 = c * tuning::rows_per_chunk, rows = std::min(tuning::rows_per_chunk, m - r0);
-                 kernel.rows_times_matrix(accumulate, A + r0 * lda, lda, rows, k, B, ldb, n, false, nullptr,
-                                          C + r0 * ldc, ldc);
-               });
+  parallel_for(chunks, static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n), [&](Index c, int) {
+    const Index r0 = c * tuning::rows_per_chunk, rows = std::min(tuning::rows_per_chunk, m - r0);
+    kernel.rows_times_matrix(accumulate, A + r0 * lda, lda, rows, k, B, ldb, n, false, nullptr, C + r0 * ldc, ldc);
+  });
 }
 
 // C (m, n) = A^T B, or C += A^T B when accumulate: A (k, m), B (k, n), C (m, n).

@@ -2,9 +2,9 @@
 //
 // Each projection multiplies on the row kernel of the active level (detail/kernels/products-inl.hpp) from W^T: the
 // copy kept in a TransposedWeight (detail/transposed_weight.hpp) when the caller has one, so that W is transposed only
-// when it changes; otherwise a copy made for the call. The row kernel reads W^T in panels that stay in L2, packs
-// nothing, and so runs at one speed whatever the flags the program was built with (a GEMM of Eigen's is compiled for
-// those flags). Rows go in fixed chunks of tuning::rows_per_chunk: the chunks do not depend on the number of
+// when it changes; otherwise a copy made for the call. The row kernel is compiled for each instruction-set level and
+// chosen at run time, so it runs at one speed whatever the flags the program was built with (a GEMM of Eigen's is
+// compiled for those flags). Rows go in fixed chunks of tuning::rows_per_chunk: the chunks do not depend on the number of
 // threads, so neither does any output element's summation order: with OpenMP the chunks are shared among the threads,
 // and the result is bit-identical for 1 and N threads. When the same X feeds several projections (Q, K and V of
 // self-attention), each chunk of X is used by all of them while it is in cache: one pass over X.
@@ -71,10 +71,9 @@ void project_rows(const Eigen::Ref<const Matrix<Scalar>>& X, std::initializer_li
   std::vector<TransposedWeight<Scalar>> made;
   made.reserve(projections.size());
   std::vector<const TransposedWeight<Scalar>*> transposed;
-  double width = 0, widest = 0;  // sum and largest of the projections' out
+  double width = 0;  // the sum of the projections' out
   for (const Projection<Scalar>& p : projections) {
     width += static_cast<double>(p.out);
-    widest = std::max(widest, static_cast<double>(p.out));
     if (p.kept != nullptr) {
       p.kept->refresh(p.W, p.out, in);
       transposed.push_back(p.kept);
@@ -84,8 +83,7 @@ void project_rows(const Eigen::Ref<const Matrix<Scalar>>& X, std::initializer_li
     }
   }
   const Index chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-  const double chunk_rows = static_cast<double>(std::min(rows, rows_per_chunk)), depth = static_cast<double>(in);
-  parallel_for(chunks, chunk_rows * depth * widest, static_cast<double>(rows) * depth * width, [&](Index c, int) {
+  parallel_for(chunks, static_cast<double>(rows) * static_cast<double>(in) * width, [&](Index c, int) {
     const Index r0 = c * rows_per_chunk, n = std::min(rows_per_chunk, rows - r0);
     std::size_t t = 0;
     for (const Projection<Scalar>& p : projections) {
