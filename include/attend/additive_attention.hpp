@@ -32,7 +32,7 @@ namespace attend {
 inline namespace ATTEND_ABI {
 
 template <class Scalar>
-class AdditiveAttention : public Module {
+class AdditiveAttention : public Module, public detail::WithParameters<AdditiveAttention<Scalar>, Scalar> {
  public:
   // Parameters are drawn in d2l's order: W_k, W_q, w_v. Every argument is checked before the first draw, so a
   // constructor that throws leaves `generator` where it was.
@@ -84,9 +84,7 @@ class AdditiveAttention : public Module {
     W_q_.require_parameters(where);
     W_k_.require_parameters(where);
     w_v_.require_parameters(where);
-    W_q_.require_gradients(where);
-    W_k_.require_gradients(where);
-    w_v_.require_gradients(where);
+    this->require_gradients(where);
     const Record& r = record_;
     const Index batch = r.queries.dimension(0), num_queries = r.queries.dimension(1), num_keys = r.keys.dimension(1);
     const Index hiddens = w_v_.in_features(), dv = r.values.dimension(2);
@@ -127,12 +125,6 @@ class AdditiveAttention : public Module {
     return g;
   }
 
-  // Every parameter's gradient to 0; the parameters with their gradients, in state_dict() order.
-  void zero_grad() { detail::zero_grad_of(*this); }
-  std::vector<Parameter<Scalar>> parameters() {
-    return detail::parameters_of<Scalar>(*this, "AdditiveAttention::parameters");
-  }
-
   Linear<Scalar>& W_q() { return W_q_; }  // (num_hiddens, query_size), no bias
   Linear<Scalar>& W_k() { return W_k_; }  // (num_hiddens, key_size), no bias
   Linear<Scalar>& w_v() { return w_v_; }  // (1, num_hiddens), no bias
@@ -141,30 +133,9 @@ class AdditiveAttention : public Module {
   Scalar dropout() const { return dropout_; }
   Generator& generator() { return generator_; }
 
-  // W_k.weight (num_hiddens, key_size), W_q.weight (num_hiddens, query_size), w_v.weight (1, num_hiddens), in
-  // d2l's order; see state_dict.hpp.
-  StateDict<Scalar> state_dict() const { return detail::state_dict_of<Scalar>(*this, "AdditiveAttention::state_dict"); }
-  void load_state_dict(const StateDict<Scalar>& dict) {
-    detail::load_state_dict_into(*this, dict, "AdditiveAttention::load_state_dict");
-  }
-
-  // Calls visit(name, parameter, shape) for each parameter, in d2l's order: W_k, W_q, w_v.
-  template <class Visit>
-  void visit_parameters(Visit&& visit) {
-    visit_parameters_of(*this, visit);
-  }
-  template <class Visit>
-  void visit_parameters(Visit&& visit) const {
-    visit_parameters_of(*this, visit);
-  }
-
-  // The same with each parameter's gradient: visit(name, parameter, gradient, shape).
-  template <class Visit>
-  void visit_with_gradients(Visit&& visit) {
-    W_k_.visit_with_gradients(detail::prefixed("W_k.", visit));
-    W_q_.visit_with_gradients(detail::prefixed("W_q.", visit));
-    w_v_.visit_with_gradients(detail::prefixed("w_v.", visit));
-  }
+  // zero_grad(), parameters(), state_dict(), load_state_dict(), visit_parameters(), visit_with_gradients() and
+  // require_gradients(): detail::WithParameters (parameter.hpp), over d2l's names and order: W_k.weight
+  // (num_hiddens, key_size), W_q.weight (num_hiddens, query_size), w_v.weight (1, num_hiddens).
 
  private:
   // What operator() keeps for backward().
@@ -214,11 +185,15 @@ class AdditiveAttention : public Module {
     return output;
   }
 
+  friend class detail::WithParameters<AdditiveAttention<Scalar>, Scalar>;
+  static constexpr const char* module_name = "AdditiveAttention";
+
+  // Calls visit(name, parameter, gradient, shape) for each parameter of self (an AdditiveAttention or a const one).
   template <class Self, class Visit>
-  static void visit_parameters_of(Self& self, Visit& visit) {
-    self.W_k_.visit_parameters(detail::prefixed("W_k.", visit));
-    self.W_q_.visit_parameters(detail::prefixed("W_q.", visit));
-    self.w_v_.visit_parameters(detail::prefixed("w_v.", visit));
+  static void visit_with_gradients_of(Self& self, Visit& visit) {
+    self.W_k_.visit_with_gradients(detail::prefixed("W_k.", visit));
+    self.W_q_.visit_with_gradients(detail::prefixed("W_q.", visit));
+    self.w_v_.visit_with_gradients(detail::prefixed("w_v.", visit));
   }
 
   // Checks every constructor argument; returns key_size.

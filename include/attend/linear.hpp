@@ -27,7 +27,7 @@ namespace attend {
 inline namespace ATTEND_ABI {
 
 template <class Scalar>
-class Linear : public Module {
+class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scalar> {
  public:
   Linear(Index in_features, Index out_features, bool bias = true, Generator& generator = default_generator())
       : in_features_(in_features), out_features_(out_features), has_bias_(bias) {
@@ -75,7 +75,7 @@ class Linear : public Module {
     constexpr const char* where = "Linear::backward";
     detail::require_recorded(recorded_, where, "Linear");
     require_parameters(where);
-    require_gradients(where);
+    this->require_gradients(where);
     const Tensor3<Scalar>& X = recorded_input_;  // (batch, steps, in_features)
     detail::require_shape(dY, {X.dimension(0), X.dimension(1), out_features_}, where, "grad_output",
                           "(batch, steps, out_features)");
@@ -114,9 +114,6 @@ class Linear : public Module {
   const Matrix<Scalar>& weight_grad() const { return weight_grad_; }
   Vector<Scalar>& bias_grad() { return bias_grad_; }
   const Vector<Scalar>& bias_grad() const { return bias_grad_; }
-  void zero_grad() { detail::zero_grad_of(*this); }
-  // weight, then bias when has_bias(), with their gradients; see parameter.hpp.
-  std::vector<Parameter<Scalar>> parameters() { return detail::parameters_of<Scalar>(*this, "Linear::parameters"); }
 
   // The same on rows: X (rows, in_features) -> Y (rows, out_features), written in place. Checks the parameters
   // (require_parameters) and both shapes; throws std::invalid_argument, leaving Y as it was, when one is wrong.
@@ -132,43 +129,9 @@ class Linear : public Module {
                                       Y.outerStride()}});
   }
 
-  // "weight" (out_features, in_features), "bias" (out_features) when has_bias(); see state_dict.hpp.
-  StateDict<Scalar> state_dict() const { return detail::state_dict_of<Scalar>(*this, "Linear::state_dict"); }
-  void load_state_dict(const StateDict<Scalar>& dict) {
-    detail::load_state_dict_into(*this, dict, "Linear::load_state_dict");
-  }
-
-  // Calls visit(name, parameter, shape) for each parameter, in PyTorch's order: "weight", then "bias" when
-  // has_bias(); shape is the one given at construction.
-  template <class Visit>
-  void visit_parameters(Visit&& visit) {
-    visit_with_gradients([&](const std::string& name, auto& parameter, auto&, const std::vector<Index>& shape) {
-      visit(name, parameter, shape);
-    });
-  }
-  template <class Visit>
-  void visit_parameters(Visit&& visit) const {
-    visit_with_gradients([&](const std::string& name, auto& parameter, auto&, const std::vector<Index>& shape) {
-      visit(name, parameter, shape);
-    });
-  }
-  // The same with each parameter's gradient: visit(name, parameter, gradient, shape).
-  template <class Visit>
-  void visit_with_gradients(Visit&& visit) {
-    visit_with_gradients_of(*this, visit);
-  }
-  template <class Visit>
-  void visit_with_gradients(Visit&& visit) const {
-    visit_with_gradients_of(*this, visit);
-  }
-
-  // Throws unless the gradient buffers still have the parameters' shapes given at construction.
-  void require_gradients(const char* where) const {
-    visit_with_gradients([&](const std::string& name, const auto& parameter, const auto& gradient,
-                             const std::vector<Index>& shape) {
-      detail::require_gradient_shape(name, parameter, gradient, shape, where);
-    });
-  }
+  // zero_grad(), parameters(), state_dict(), load_state_dict(), visit_parameters(), visit_with_gradients() and
+  // require_gradients(): detail::WithParameters (parameter.hpp), over these parameters:
+  // weight (out_features, in_features), then bias (out_features) when has_bias(): nn.Linear's names and order.
 
   // Throws unless the parameters still have the shapes given at construction (weight() and bias() hand out
   // references, so they can be resized from outside). `where` names the caller in the message.
@@ -182,6 +145,10 @@ class Linear : public Module {
   }
 
  private:
+  friend class detail::WithParameters<Linear<Scalar>, Scalar>;
+  static constexpr const char* module_name = "Linear";
+
+  // Calls visit(name, parameter, gradient, shape) for each parameter of self (a Linear or a const one).
   template <class Self, class Visit>
   static void visit_with_gradients_of(Self& self, Visit& visit) {
     visit("weight", self.weight_, self.weight_grad_, std::vector<Index>{self.out_features_, self.in_features_});

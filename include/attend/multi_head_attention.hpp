@@ -53,9 +53,11 @@ namespace attend {
 inline namespace ATTEND_ABI {
 
 template <class Scalar>
-class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention<Scalar>, Scalar> {
+class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention<Scalar>, Scalar>,
+                           public detail::WithParameters<MultiHeadAttention<Scalar>, Scalar> {
   using Base = detail::AttentionPathModule<MultiHeadAttention<Scalar>, Scalar>;
   friend Base;
+  friend class detail::WithParameters<MultiHeadAttention<Scalar>, Scalar>;
 
  public:
   // Parameters are drawn in d2l's order: W_q, W_k, W_v, W_o.
@@ -95,12 +97,6 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
   // changes nothing.
   using Base::backward;
 
-  // Every parameter's gradient to 0; the parameters with their gradients, in state_dict() order.
-  void zero_grad() { detail::zero_grad_of(*this); }
-  std::vector<Parameter<Scalar>> parameters() {
-    return detail::parameters_of<Scalar>(*this, "MultiHeadAttention::parameters");
-  }
-
   Linear<Scalar>& W_q() { return W_q_; }  // (num_hiddens, query_size)
   Linear<Scalar>& W_k() { return W_k_; }  // (num_hiddens, key_size)
   Linear<Scalar>& W_v() { return W_v_; }  // (num_hiddens, value_size)
@@ -114,37 +110,14 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
   // which forms none.
   using Base::attention_weights;
 
-  // W_q.weight (num_hiddens, query_size), W_q.bias (num_hiddens) when bias is on, then W_k, W_v and W_o alike;
-  // see state_dict.hpp.
-  StateDict<Scalar> state_dict() const {
-    return detail::state_dict_of<Scalar>(*this, "MultiHeadAttention::state_dict");
-  }
-  void load_state_dict(const StateDict<Scalar>& dict) {
-    detail::load_state_dict_into(*this, dict, "MultiHeadAttention::load_state_dict");
-  }
-
-  // Calls visit(name, parameter, shape) for each parameter, in d2l's order: W_q, W_k, W_v, W_o, each weight then
-  // bias.
-  template <class Visit>
-  void visit_parameters(Visit&& visit) {
-    visit_parameters_of(*this, visit);
-  }
-  template <class Visit>
-  void visit_parameters(Visit&& visit) const {
-    visit_parameters_of(*this, visit);
-  }
-  // The same with each parameter's gradient: visit(name, parameter, gradient, shape).
-  template <class Visit>
-  void visit_with_gradients(Visit&& visit) {
-    W_q_.visit_with_gradients(detail::prefixed("W_q.", visit));
-    W_k_.visit_with_gradients(detail::prefixed("W_k.", visit));
-    W_v_.visit_with_gradients(detail::prefixed("W_v.", visit));
-    W_o_.visit_with_gradients(detail::prefixed("W_o.", visit));
-  }
+  // zero_grad(), parameters(), state_dict(), load_state_dict(), visit_parameters(), visit_with_gradients() and
+  // require_gradients(): detail::WithParameters (parameter.hpp), over d2l's names and order: W_q.weight
+  // (num_hiddens, query_size), W_q.bias (num_hiddens) when bias is on, then W_k, W_v and W_o alike.
 
  private:
   // The names in its messages.
   static constexpr const char* name = "MultiHeadAttention";
+  static constexpr const char* module_name = name;
   static constexpr const char* forward_name = "MultiHeadAttention::forward";
 
   void check(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
@@ -168,10 +141,7 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
 
   void check_backward(const char* where) const {
     check_parameters(where);
-    W_q_.require_gradients(where);
-    W_k_.require_gradients(where);
-    W_v_.require_gradients(where);
-    W_o_.require_gradients(where);
+    this->require_gradients(where);
   }
 
   void check_parameters(const char* where) const {
@@ -255,12 +225,13 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
     return g;
   }
 
+  // Calls visit(name, parameter, gradient, shape) for each parameter of self (a MultiHeadAttention or a const one).
   template <class Self, class Visit>
-  static void visit_parameters_of(Self& self, Visit& visit) {
-    self.W_q_.visit_parameters(detail::prefixed("W_q.", visit));
-    self.W_k_.visit_parameters(detail::prefixed("W_k.", visit));
-    self.W_v_.visit_parameters(detail::prefixed("W_v.", visit));
-    self.W_o_.visit_parameters(detail::prefixed("W_o.", visit));
+  static void visit_with_gradients_of(Self& self, Visit& visit) {
+    self.W_q_.visit_with_gradients(detail::prefixed("W_q.", visit));
+    self.W_k_.visit_with_gradients(detail::prefixed("W_k.", visit));
+    self.W_v_.visit_with_gradients(detail::prefixed("W_v.", visit));
+    self.W_o_.visit_with_gradients(detail::prefixed("W_o.", visit));
   }
 
   // Every size, checked before any parameter is drawn: a constructor that throws leaves the generator as it was.

@@ -42,6 +42,25 @@ void require_gradient_shape(const std::string& name, const Tensor& parameter, co
           shape_text(grad), " (was it resized?)");
 }
 
+// module.visit_parameters(visit) of a module that lists its parameters through visit_with_gradients: visit(name,
+// parameter, shape) for each.
+template <class Module, class Visit>
+void visit_parameters_through_gradients(Module& module, Visit& visit) {
+  module.visit_with_gradients([&](const std::string& name, auto& parameter, auto&, const std::vector<Index>& shape) {
+    visit(name, parameter, shape);
+  });
+}
+
+// Throws std::invalid_argument unless every parameter of `module` and its gradient buffer have the shape given at
+// construction. where: the caller.
+template <class Module>
+void require_gradients_of(const Module& module, const char* where) {
+  module.visit_with_gradients(
+      [&](const std::string& name, const auto& parameter, const auto& gradient, const std::vector<Index>& shape) {
+        require_gradient_shape(name, parameter, gradient, shape, where);
+      });
+}
+
 // module.parameters(): every parameter with its gradient, in state_dict() order.
 template <class Scalar, class Module>
 std::vector<Parameter<Scalar>> parameters_of(Module& module, const char* where) {
@@ -68,6 +87,60 @@ void zero_grad_of(Module& module) {
   module.visit_with_gradients(
       [](const std::string&, auto&, auto& gradient, const std::vector<Index>&) { gradient.setZero(); });
 }
+
+// What every module with parameters offers, written once from one static member of Derived that lists them:
+//
+//   template <class Self, class Visit> static void visit_with_gradients_of(Self& self, Visit& visit);
+//
+// which calls visit(name, parameter, gradient, shape) for each parameter in state_dict() order (Self is Derived or
+// const Derived), and Derived::module_name, the class's name in messages ("Linear::parameters: ..."). Derived
+// befriends WithParameters when that member is private.
+template <class Derived, class Scalar>
+class WithParameters {
+ public:
+  // Every parameter's gradient to 0.
+  void zero_grad() { zero_grad_of(derived()); }
+  // The parameters with their gradients, in state_dict() order; see Parameter above.
+  std::vector<Parameter<Scalar>> parameters() { return parameters_of<Scalar>(derived(), where("parameters").c_str()); }
+
+  // Every parameter under its name; see state_dict.hpp.
+  StateDict<Scalar> state_dict() const { return state_dict_of<Scalar>(derived(), where("state_dict").c_str()); }
+  void load_state_dict(const StateDict<Scalar>& dict) {
+    load_state_dict_into(derived(), dict, where("load_state_dict").c_str());
+  }
+
+  // Calls visit(name, parameter, shape) for each parameter, in state_dict() order.
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    visit_parameters_through_gradients(derived(), visit);
+  }
+  template <class Visit>
+  void visit_parameters(Visit&& visit) const {
+    visit_parameters_through_gradients(derived(), visit);
+  }
+  // The same with each parameter's gradient: visit(name, parameter, gradient, shape).
+  template <class Visit>
+  void visit_with_gradients(Visit&& visit) {
+    Derived::visit_with_gradients_of(derived(), visit);
+  }
+  template <class Visit>
+  void visit_with_gradients(Visit&& visit) const {
+    Derived::visit_with_gradients_of(derived(), visit);
+  }
+
+  // Throws std::invalid_argument unless every parameter and its gradient buffer still have the shape given at
+  // construction (the accessors hand out references, so they can be resized from outside). where: the caller.
+  void require_gradients(const char* where) const { require_gradients_of(derived(), where); }
+
+ protected:
+  WithParameters() = default;
+  ~WithParameters() = default;
+
+ private:
+  Derived& derived() { return static_cast<Derived&>(*this); }
+  const Derived& derived() const { return static_cast<const Derived&>(*this); }
+  static std::string where(const char* member) { return std::string(Derived::module_name) + "::" + member; }
+};
 
 }  // namespace detail
 }  // namespace ATTEND_ABI

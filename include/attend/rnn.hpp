@@ -46,7 +46,7 @@ namespace attend {
 inline namespace ATTEND_ABI {
 
 template <class Scalar>
-class RNN : public Module {
+class RNN : public Module, public detail::WithParameters<RNN<Scalar>, Scalar> {
  public:
   RNN(Index input_size, Index hidden_size, Generator& generator = default_generator())
       : input_size_(checked(input_size, "input_size")), hidden_size_(checked(hidden_size, "hidden_size")) {
@@ -127,7 +127,7 @@ class RNN : public Module {
     constexpr const char* where = "RNN::backward";
     detail::require_recorded(recorded_, where, "RNN");
     require_parameters(where);
-    require_gradients(where);
+    this->require_gradients(where);
     const Tensor3<Scalar>& X = recorded_input_;   // (batch, steps, input_size)
     const Tensor3<Scalar>& H = recorded_output_;  // (batch, steps, hidden_size)
     const Index batch = X.dimension(0), steps = X.dimension(1), hidden = hidden_size_;
@@ -169,9 +169,6 @@ class RNN : public Module {
   const Vector<Scalar>& bias_ih_grad() const { return bias_ih_grad_; }
   Vector<Scalar>& bias_hh_grad() { return bias_hh_grad_; }  // (hidden_size)
   const Vector<Scalar>& bias_hh_grad() const { return bias_hh_grad_; }
-  void zero_grad() { detail::zero_grad_of(*this); }
-  // weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0 with their gradients; see parameter.hpp.
-  std::vector<Parameter<Scalar>> parameters() { return detail::parameters_of<Scalar>(*this, "RNN::parameters"); }
 
   // The multiply-adds of one forward pass on (batch, steps, input_size), as done here: the input projection,
   // batch * steps * hidden * input, and the recurrent products, batch * (steps - 1) * hidden * hidden (h_0 = 0,
@@ -183,43 +180,10 @@ class RNN : public Module {
     return batch * steps * hidden_size_ * input_size_ + batch * recurrent_steps * hidden_size_ * hidden_size_;
   }
 
+  // zero_grad(), parameters(), state_dict(), load_state_dict(), visit_parameters(), visit_with_gradients() and
+  // require_gradients(): detail::WithParameters (parameter.hpp), over these parameters:
   // weight_ih_l0 (hidden_size, input_size), weight_hh_l0 (hidden_size, hidden_size), bias_ih_l0 (hidden_size),
-  // bias_hh_l0 (hidden_size): nn.RNN's names and order; see state_dict.hpp.
-  StateDict<Scalar> state_dict() const { return detail::state_dict_of<Scalar>(*this, "RNN::state_dict"); }
-  void load_state_dict(const StateDict<Scalar>& dict) {
-    detail::load_state_dict_into(*this, dict, "RNN::load_state_dict");
-  }
-
-  // Calls visit(name, parameter, shape) for each parameter, in nn.RNN's order and with its names.
-  template <class Visit>
-  void visit_parameters(Visit&& visit) {
-    visit_with_gradients([&](const std::string& name, auto& parameter, auto&, const std::vector<Index>& shape) {
-      visit(name, parameter, shape);
-    });
-  }
-  template <class Visit>
-  void visit_parameters(Visit&& visit) const {
-    visit_with_gradients([&](const std::string& name, auto& parameter, auto&, const std::vector<Index>& shape) {
-      visit(name, parameter, shape);
-    });
-  }
-  // The same with each parameter's gradient: visit(name, parameter, gradient, shape).
-  template <class Visit>
-  void visit_with_gradients(Visit&& visit) {
-    visit_with_gradients_of(*this, visit);
-  }
-  template <class Visit>
-  void visit_with_gradients(Visit&& visit) const {
-    visit_with_gradients_of(*this, visit);
-  }
-
-  // Throws unless the gradient buffers still have the parameters' shapes given at construction.
-  void require_gradients(const char* where) const {
-    visit_with_gradients([&](const std::string& name, const auto& parameter, const auto& gradient,
-                             const std::vector<Index>& shape) {
-      detail::require_gradient_shape(name, parameter, gradient, shape, where);
-    });
-  }
+  // bias_hh_l0 (hidden_size): nn.RNN's names and order.
 
   // Throws unless the parameters still have the shapes given at construction (the accessors hand out references,
   // so they can be resized from outside). `where` names the caller in the message.
@@ -231,6 +195,10 @@ class RNN : public Module {
   }
 
  private:
+  friend class detail::WithParameters<RNN<Scalar>, Scalar>;
+  static constexpr const char* module_name = "RNN";
+
+  // Calls visit(name, parameter, gradient, shape) for each parameter of self (a RNN or a const one).
   template <class Self, class Visit>
   static void visit_with_gradients_of(Self& self, Visit& visit) {
     const Index hidden = self.hidden_size_;
