@@ -21,7 +21,9 @@
 #include <string>
 #include <support/finite_difference.hpp>
 #include <support/fixture.hpp>
+#include <support/gradients.hpp>
 #include <support/lens.hpp>
+#include <support/masks.hpp>
 #include <support/matchers.hpp>
 #include <support/random_tensor.hpp>
 #include <vector>
@@ -41,7 +43,11 @@ using attend::MultiHeadAttention;
 using attend::Tensor3;
 using attend::ValidLens;
 using attend::Vector;
+using attend_test::exact;
 using attend_test::Fixture;
+using attend_test::gradient_tolerance;
+using attend_test::gradients_of;
+using attend_test::mask_from;
 using attend_test::Near;
 using attend_test::random_tensor;
 using attend_test::Tolerance;
@@ -50,41 +56,6 @@ using Catch::Contains;
 namespace {
 
 constexpr AttentionPath both_paths[] = {AttentionPath::direct, AttentionPath::tiled};
-
-// A gradient against autograd's. Double: the 1e-9 relative of the forward fixtures. Float: a gradient is a sum of
-// products of the forward pass's rounded values over every key and feature (and, for the weights, every batch row
-// and step), so it carries a few times float's 6e-8 rounding per term, more than a forward output: 1e-4 relative,
-// 1e-5 absolute for gradients of order 1.
-template <class Scalar>
-Tolerance<Scalar> gradient_tolerance();
-template <>
-Tolerance<double> gradient_tolerance<double>() {
-  return {1e-9, 1e-11};
-}
-template <>
-Tolerance<float> gradient_tolerance<float>() {
-  return {1e-4f, 1e-5f};
-}
-
-template <class Scalar>
-Tolerance<Scalar> exact() {
-  return {0, 0};
-}
-
-Tensor3<bool> booleans(const Fixture& fixture, const std::string& name) {
-  const Tensor3<double> values = fixture.tensor3<double>(name);
-  Tensor3<bool> out(values.dimension(0), values.dimension(1), values.dimension(2));
-  for (Index i = 0; i < values.size(); ++i) out.data()[i] = values.data()[i] != 0.0;
-  return out;
-}
-
-// The mask a fixture describes: valid_lens && causal && keep (make_fixtures.py's mask_entries), or its valid lengths.
-Mask mask_from(const Fixture& fixture) {
-  Mask mask = attend_test::valid_lens(fixture);
-  if (fixture.has("causal") && fixture.index("causal") != 0) mask = mask && Mask::causal();
-  if (fixture.has("keep")) mask = mask && Mask::keep(booleans(fixture, "keep"));
-  return mask;
-}
 
 // A MultiHeadAttention with a fixture's parameters (key_size 6, query_size 5, value_size 4, num_hiddens 12, or the
 // self-attention case's 8s).
@@ -119,15 +90,6 @@ void check_parameter_gradients(MultiHeadAttention<Scalar>& attention, const Fixt
   check(attention.W_k(), "W_k");
   check(attention.W_v(), "W_v");
   check(attention.W_o(), "W_o");
-}
-
-// Every parameter gradient of a module, flattened, in parameters() order.
-template <class Module>
-auto gradients_of(Module& module) {
-  using Scalar = std::remove_reference_t<decltype(*module.parameters()[0].grad)>;
-  std::vector<Scalar> all;
-  for (const auto& p : module.parameters()) all.insert(all.end(), p.grad, p.grad + p.size);
-  return all;
 }
 
 }  // namespace

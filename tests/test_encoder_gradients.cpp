@@ -15,6 +15,7 @@
 #include <string>
 #include <support/finite_difference.hpp>
 #include <support/fixture.hpp>
+#include <support/gradients.hpp>
 #include <support/matchers.hpp>
 #include <support/random_tensor.hpp>
 #include <type_traits>
@@ -27,41 +28,15 @@ using attend::RNN;
 using attend::Tensor3;
 using attend::Vector;
 using attend_test::Fixture;
+using attend_test::exact;
+using attend_test::gradient_tolerance;
+using attend_test::gradients_of;
 using attend_test::Near;
 using attend_test::random_tensor;
 using attend_test::Tolerance;
 using Catch::Contains;
 
 namespace {
-
-// A gradient against autograd's. Double: the 1e-9 relative of the forward fixtures. Float: each gradient is a sum
-// over batch rows and steps (for the RNN, through every later step of the recurrence, each adding its own rounding
-// of h_t and of a product) of products of rounded forward values, a few float roundings more than a forward output:
-// 1e-4 relative, 1e-5 absolute for gradients of order 1.
-template <class Scalar>
-Tolerance<Scalar> gradient_tolerance();
-template <>
-Tolerance<double> gradient_tolerance<double>() {
-  return {1e-9, 1e-11};
-}
-template <>
-Tolerance<float> gradient_tolerance<float>() {
-  return {1e-4f, 1e-5f};
-}
-
-template <class Scalar>
-Tolerance<Scalar> exact() {
-  return {0, 0};
-}
-
-// Every parameter gradient of a module, flattened, in parameters() order.
-template <class Module>
-auto gradients_of(Module& module) {
-  using Scalar = std::remove_reference_t<decltype(*module.parameters()[0].grad)>;
-  std::vector<Scalar> all;
-  for (const auto& p : module.parameters()) all.insert(all.end(), p.grad, p.grad + p.size);
-  return all;
-}
 
 // An RNN with a fixture's parameters.
 template <class Scalar>

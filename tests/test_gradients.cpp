@@ -11,6 +11,7 @@
 #include <support/finite_difference.hpp>
 #include <support/fixture.hpp>
 #include <support/lens.hpp>
+#include <support/masks.hpp>
 #include <support/matchers.hpp>
 #include <support/random_tensor.hpp>
 
@@ -38,16 +39,8 @@ Tensor3<Scalar> cast(const Tensor3<Source>& X) {
   return X.template cast<Scalar>();
 }
 
-// A fixture's 0/1 tensor as booleans.
-Tensor3<bool> booleans(const Fixture& fixture, const std::string& name) {
-  const Tensor3<double> values = fixture.tensor3<double>(name);
-  Tensor3<bool> out(values.dimension(0), values.dimension(1), values.dimension(2));
-  for (Index i = 0; i < values.size(); ++i) out.data()[i] = values.data()[i] != 0.0;
-  return out;
-}
-
 Mask mask_of(const Fixture& fixture) {
-  if (fixture.has("keep")) return Mask::keep(booleans(fixture, "keep"));
+  if (fixture.has("keep")) return Mask::keep(attend_test::booleans(fixture, "keep"));
   return attend_test::valid_lens(fixture);
 }
 

@@ -18,6 +18,7 @@
 #include <support/fixture.hpp>
 #include <support/fixture_modules.hpp>
 #include <support/lens.hpp>
+#include <support/masks.hpp>
 #include <support/matchers.hpp>
 #include <type_traits>
 #include <utility>
@@ -28,6 +29,8 @@ using attend::Index;
 using attend::Mask;
 using attend::Tensor3;
 using attend::ValidLens;
+using attend_test::booleans;
+using attend_test::mask_from;
 using Catch::Matchers::Message;
 
 namespace {
@@ -36,23 +39,6 @@ namespace {
 template <class Scalar>
 attend_test::Tolerance<Scalar> exact() {
   return {0, 0};
-}
-
-// A fixture's 0/1 tensor as booleans.
-Tensor3<bool> booleans(const attend_test::Fixture& fixture, const std::string& name) {
-  const Tensor3<double> values = fixture.tensor3<double>(name);
-  Tensor3<bool> out(values.dimension(0), values.dimension(1), values.dimension(2));
-  for (Index i = 0; i < values.size(); ++i) out.data()[i] = values.data()[i] != 0.0;
-  return out;
-}
-
-// The mask a fixture describes: valid_lens && causal && keep, with its rule for a query that sees no key.
-Mask mask_from(const attend_test::Fixture& fixture) {
-  Mask mask = attend_test::valid_lens(fixture);
-  if (fixture.index("causal") != 0) mask = mask && Mask::causal();
-  if (fixture.has("keep")) mask = mask && Mask::keep(booleans(fixture, "keep"));
-  if (fixture.index("fully_masked_zero") != 0) mask = mask.when_fully_masked(FullyMasked::zero);
-  return mask;
 }
 
 template <class Scalar>
