@@ -176,17 +176,22 @@ constexpr int packed_rows = row_accumulators<Scalar> / packed_packets<Scalar>;
 
 // Columns of a whole micro-panel.
 template <class Scalar>
-constexpr Index packed_width = packed_packets<Scalar>* Simd<Scalar>::size;
+constexpr Index packed_width = packed_packets<Scalar> * Simd<Scalar>::size;
+
+// The width of the micro-panel that holds `present` columns (at most packed_width): whole packets.
+template <class Scalar>
+constexpr Index micro_panel_width(Index present) {
+  return (present + Simd<Scalar>::size - 1) / Simd<Scalar>::size * Simd<Scalar>::size;
+}
 
 // Micro-panels of B's (steps, columns) panel, rows ldb apart, into `packed`: each of packed_width columns but the
 // last, which has the columns left rounded up to whole packets; each (steps, its width), contiguous, zero past
 // `columns`. Reads only B's first `columns` columns.
 template <class Scalar>
 void pack_panel(const Scalar* B, Index ldb, Index steps, Index columns, Scalar* packed) {
-  constexpr Index P = Simd<Scalar>::size;
   for (Index j0 = 0; j0 < columns; j0 += packed_width<Scalar>) {
     const Index present = std::min(packed_width<Scalar>, columns - j0);
-    const Index width = (present + P - 1) / P * P;
+    const Index width = micro_panel_width<Scalar>(present);
     for (Index k = 0; k < steps; ++k) {
       const Scalar* from = B + k * ldb + j0;
       Scalar* to = packed + k * width;
@@ -206,7 +211,8 @@ void packed_rows_times_panel(const Scalar* X, Index ldx, Index steps, const Scal
   for (Index j0 = 0; j0 < columns; j0 += W) {
     const Index present = std::min(W, columns - j0);
     const Scalar* bias_j0 = bias != nullptr ? bias + j0 : nullptr;
-    switch ((present + P - 1) / P) {  // the micro-panel's packets: C but for the last
+    const Index width = micro_panel_width<Scalar>(present);
+    switch (width / P) {  // the micro-panel's packets: C but for the last
       case 1:
         rows_times_matrix_block<R, 1, Accumulate>(X, ldx, steps, packed, P, 0, present, bias_j0, Y + j0, ldy);
         break;
@@ -224,7 +230,7 @@ void packed_rows_times_panel(const Scalar* X, Index ldx, Index steps, const Scal
         break;
       default: break;
     }
-    packed += steps * ((present + P - 1) / P * P);
+    packed += steps * width;
   }
 }
 
