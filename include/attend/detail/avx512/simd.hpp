@@ -1,13 +1,14 @@
 // attend/detail/avx512/simd.hpp — the kernels' operations (see detail/generic/simd.hpp) on AVX-512 registers: 16
 // floats or 8 doubles a packet, 32 registers; loads and stores of a row's last lanes under a mask register.
 //
-// exp of floats as 2^t, t = x log2(e): with f = t - floor(t) in [0, 1) (vreduceps, exact), 2^t = p(f) 2^floor(t),
-// p of degree 6 — the relative-error minimax (Remez) fit of 2^f on [0, 1], error 1.9e-9, rounded to float — and the
-// power of two applied exactly by vscalefps, whose zero mask also flushes the lanes under exp2_underflow: 10
-// instructions a packet, within 0.71 float epsilon of 2^t over [-126, 0]. Rounding x log2(e) adds a relative error
-// of up to |x| / 2 ulp to exp(x); in a softmax, where x = s - max <= 0 and the largest entry is 1, an entry's error
-// is then under |x| exp(x) / 2 ulp of 1, at most 0.19 ulp, and the sum keeps float's accuracy. exp of doubles:
-// Cephes' rational function as in detail/avx2/simd.hpp, 2^m by vscalefpd.
+// exp of floats as 2^t, t = x log2(e), carried in two floats: t_hi = x log2(e) rounded, and t_lo, the rounding
+// error of that product (exact, by one fma) plus x times the rounding error of log2(e) as a float. With
+// f = t_hi - floor(t_hi) in [0, 1) (vreduceps, exact), 2^t = p(f + t_lo) 2^floor(t_hi), p of degree 6 — the
+// relative-error minimax (Remez) fit of 2^f on [0, 1], error 1.9e-9, rounded to float — and the power of two applied
+// exactly by vscalefps, whose zero mask also flushes the lanes where t_hi is under exp2_underflow: 13 instructions a
+// packet, within 0.75 float epsilon of exp(x) over [exp_underflow, 0] (tests/test_masked_softmax.cpp). Without t_lo the
+// rounding of t alone would cost up to |x| / 2 ulp, 44 ulp near the underflow. exp of doubles: Cephes' rational
+// function as in detail/avx2/simd.hpp, 2^m by vscalefpd.
 #pragma once
 
 #include <attend/detail/avx2/simd.hpp>
@@ -26,10 +27,12 @@ constexpr float exp2_underflow = -126.0f;
 
 namespace avx512 {
 
-// 2^t for a packet of t <= 0, flushed to 0 where t < exp2_underflow (a NaN stays NaN); see the top of this file.
-inline __m512 flushed_exp2(__m512 t) {
+// 2^(t + tail) for a packet of t <= 0 and |tail| <= ulp(t), flushed to 0 where t < exp2_underflow (a NaN stays NaN);
+// see the top of this file.
+inline __m512 flushed_exp2(__m512 t, __m512 tail) {
   const __mmask16 kept = _mm512_cmp_ps_mask(t, _mm512_set1_ps(exp2_underflow), _CMP_NLT_UQ);
-  const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);  // t - floor(t), in [0, 1)
+  __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);  // t - floor(t), in [0, 1)
+  f = _mm512_add_ps(f, tail);
   __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(2.1702256344724447e-4f), f, _mm512_set1_ps(1.243968727067113e-3f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.678840637207031e-3f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5483341217041016e-2f));
@@ -38,6 +41,9 @@ inline __m512 flushed_exp2(__m512 t) {
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
   return _mm512_maskz_scalef_ps(kept, p, t);  // p 2^floor(t)
 }
+
+// log2(e) - log2_e: the part of log2(e) that the float log2_e leaves out.
+constexpr float log2_e_tail = 1.925963e-8f;
 
 template <class Scalar>
 struct Simd;
@@ -73,7 +79,12 @@ struct Simd<float> {
   static Packet load_first(const float* p, Index n) { return _mm512_maskz_loadu_ps(first_lanes(n), p); }
   static void store_first(float* p, Packet v, Index n) { _mm512_mask_storeu_ps(p, first_lanes(n), v); }
 
-  static Packet exp(Packet x) { return flushed_exp2(mul(x, set1(log2_e))); }
+  static Packet exp(Packet x) {
+    const Packet t = mul(x, set1(log2_e));                     // x log2(e), rounded
+    Packet tail = _mm512_fmsub_ps(x, set1(log2_e), t);         // that rounding's error, exactly
+    tail = _mm512_fmadd_ps(x, set1(log2_e_tail), tail);        // and log2_e's own, times x
+    return flushed_exp2(t, tail);
+  }
 
   static void transpose_tile(const float* A, Index lda, float* B, Index ldb) {
     avx2::Simd<float>::transpose_tile(A, lda, B, ldb);
