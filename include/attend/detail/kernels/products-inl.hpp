@@ -248,14 +248,23 @@ void packed_times_panel(const Scalar* X, Index ldx, Index rows, Index steps, con
     packed_rows_times_panel<1, Accumulate>(X + r * ldx, ldx, steps, packed, columns, bias, Y + r * ldy, ldy);
 }
 
+// Frees what packed_panel_buffer allocates.
+struct FreeAlignedToPackets {
+  void operator()(void* p) const { ::operator delete[](p, std::align_val_t(tuning::widest_packet_bytes)); }
+};
+
 // This thread's buffer for one packed panel, (product_panel_depth, product_panel_width): allocated on a thread's
-// first packed product, kept until the thread ends.
+// first packed product, kept until the thread ends. It starts on a boundary of the widest packet, and every row of a
+// micro-panel is whole packets, so that no load of the row blocks spans two cache lines: at malloc's 16-byte alignment,
+// unless it happened to return a 64-byte boundary, every AVX-512 load of B would.
 template <class Scalar>
 Scalar* packed_panel_buffer() {
   static_assert(tuning::product_panel_width<Scalar> % packed_width<Scalar> == 0, "a panel holds whole micro-panels");
-  thread_local std::vector<Scalar> buffer(
-      static_cast<std::size_t>(tuning::product_panel_depth<Scalar> * tuning::product_panel_width<Scalar>));
-  return buffer.data();
+  constexpr auto count = tuning::product_panel_depth<Scalar> * tuning::product_panel_width<Scalar>;
+  constexpr std::size_t bytes = sizeof(Scalar) * static_cast<std::size_t>(count);
+  thread_local std::unique_ptr<Scalar[], FreeAlignedToPackets> buffer(
+      static_cast<Scalar*>(::operator new[](bytes, std::align_val_t(tuning::widest_packet_bytes))));
+  return buffer.get();
 }
 
 // Y (rows, out) = X (rows, in) B (in, out) + bias, or Y += X B + bias when Accumulate. X rows ldx apart, B rows ldb
