@@ -265,6 +265,46 @@ TEMPLATE_TEST_CASE("exp_shifted writes exp(x - m) over lengths around whole pack
   }
 }
 
+TEMPLATE_TEST_CASE("every level's softmax_gradient_row is p (dp - D), 0 where p is 0, entry by entry",
+                   "[masked_softmax]", float, double) {
+  // Against the rule as written (softmax's backward: dS = P (dP - D), 0 for a key the row does not see), entry by
+  // entry in Scalar, bit for bit, every length from 1 to 3 packets + 3 of the widest level: the packet loop and the
+  // scalar tail. The weights mix positive values, +0 and -0 (each gives +0, even against an infinite or NaN dp), and a
+  // NaN (which propagates); the entry after the row is a sentinel that must survive.
+  constexpr Index size = attend::detail::row_packet_size<TestType>;
+  const TestType inf = std::numeric_limits<TestType>::infinity(), nan = std::numeric_limits<TestType>::quiet_NaN();
+  const TestType D = TestType(0.375);
+  for (attend::Isa isa : attend_test::levels()) {
+    for (Index n = 1; n <= 3 * size + 3; ++n) {
+      attend::Vector<TestType> p = (attend::Vector<TestType>::Random(n).array() + TestType(1)) / TestType(2);
+      attend::Vector<TestType> dp = attend::Vector<TestType>::Random(n + 1);
+      dp(n) = TestType(123);  // the sentinel
+      for (Index j = 0; j < n; ++j) {
+        if (j % 5 == 1) p(j) = TestType(0);
+        if (j % 5 == 3) p(j) = TestType(-0.0);
+        if (j % 7 == 1) dp(j) = j % 2 == 0 ? inf : nan;
+        if (j % 11 == 6) p(j) = nan;
+      }
+      attend::Vector<TestType> out = dp;
+      attend::detail::kernels_for<TestType>(isa).softmax_gradient_row(p.data(), out.data(), n, D);
+      for (Index j = 0; j < n; ++j) {
+        CAPTURE(attend::isa_name(isa), n, j, p(j), dp(j), out(j));
+        if (p(j) == TestType(0)) {
+          REQUIRE(bits_of(out(j)) == bits_of(TestType(0)));
+        } else {
+          const TestType expected = p(j) * (dp(j) - D);
+          if (std::isnan(expected)) {
+            REQUIRE(std::isnan(out(j)));
+          } else {
+            REQUIRE(bits_of(out(j)) == bits_of(expected));
+          }
+        }
+      }
+      REQUIRE(out(n) == TestType(123));
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("masked_softmax_block gives every row the bits of masked_softmax_row", "[masked_softmax]", float,
                    double) {
   // Rows shorter than a packet take the block's own pass (one exp over the whole block); the test covers those

@@ -178,7 +178,7 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
             }
             dropout.apply(row, kc, pair, q0 + i, k0);
             const Scalar Di = D(pair * num_queries + q0 + i);
-            for (Index j = 0; j < kc; ++j) row[j] = p[j] == Scalar(0) ? Scalar(0) : p[j] * (row[j] - Di);
+            kernel.softmax_gradient_row(p, row, kc, Di);
           }
           // dK_blk += dS^T Qs;  dQ_blk += dS K_blk (scaled at the end)
           kernel.transpose_into(dP.data(), dP.outerStride(), rows, kc, s.T.data(), s.T.outerStride());

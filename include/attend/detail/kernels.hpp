@@ -95,6 +95,8 @@ struct Kernels {
   void (*transpose_into)(const Scalar* A, Index lda, Index rows, Index cols, Scalar* B, Index ldb);
   Scalar (*row_max)(const Scalar* row, Index n);
   Scalar (*exp_shifted)(Scalar* row, Index n, Scalar m);
+  // dp = p (dp - D), 0 where p is 0: softmax_gradient_row
+  void (*softmax_gradient_row)(const Scalar* p, Scalar* dp, Index n, Scalar D);
   void (*masked_softmax_row)(Scalar* row, Index num_keys, const VisibleKeys& keys, FullyMasked rule);
   void (*masked_softmax_block)(Scalar* scores, Index num_queries, Index num_keys, Index stride, const Mask& mask,
                                Index b);
@@ -112,7 +114,8 @@ struct Kernels {
 #define ATTEND_KERNELS_OF(level, few_rows)                                                                            \
   Kernels<Scalar> {                                                                                                   \
     Isa::level, level::Simd<Scalar>::size, &level::rows_times_matrix_entry<Scalar>, &level::transpose_into<Scalar>,  \
-        &level::row_max<Scalar>, &level::exp_shifted<Scalar>, &level::masked_softmax_row<Scalar>,                     \
+        &level::row_max<Scalar>, &level::exp_shifted<Scalar>, &level::softmax_gradient_row<Scalar>,                  \
+        &level::masked_softmax_row<Scalar>,                                                                           \
         &level::masked_softmax_block<Scalar>, &level::flash_attention_block<Scalar>, &level::tiny_scores<Scalar>,     \
         few_rows                                                                                                      \
   }

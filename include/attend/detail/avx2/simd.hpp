@@ -54,6 +54,9 @@ struct Simd<float> {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   }
   static Packet load_first(const float* p, Index n) { return _mm256_maskload_ps(p, first_lanes(n)); }
+  static Packet zero_where_zero(Packet p, Packet v) {
+    return _mm256_andnot_ps(_mm256_cmp_ps(p, zero(), _CMP_EQ_OQ), v);  // ~(p == 0) & v
+  }
   static void store_first(float* p, Packet v, Index n) { _mm256_maskstore_ps(p, first_lanes(n), v); }
 
   static Packet exp(Packet x) {
@@ -128,6 +131,9 @@ struct Simd<double> {
     return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
   }
   static Packet load_first(const double* p, Index n) { return _mm256_maskload_pd(p, first_lanes(n)); }
+  static Packet zero_where_zero(Packet p, Packet v) {
+    return _mm256_andnot_pd(_mm256_cmp_pd(p, zero(), _CMP_EQ_OQ), v);  // ~(p == 0) & v
+  }
   static void store_first(double* p, Packet v, Index n) { _mm256_maskstore_pd(p, first_lanes(n), v); }
 
   static Packet exp(Packet x) {

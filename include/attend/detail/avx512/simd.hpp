@@ -77,6 +77,9 @@ struct Simd<float> {
 
   static __mmask16 first_lanes(Index n) { return static_cast<__mmask16>((1u << n) - 1u); }
   static Packet load_first(const float* p, Index n) { return _mm512_maskz_loadu_ps(first_lanes(n), p); }
+  static Packet zero_where_zero(Packet p, Packet v) {
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, zero(), _CMP_NEQ_UQ), v);
+  }
   static void store_first(float* p, Packet v, Index n) { _mm512_mask_storeu_ps(p, first_lanes(n), v); }
 
   static Packet exp(Packet x) {
@@ -144,6 +147,9 @@ struct Simd<double> {
 
   static __mmask8 first_lanes(Index n) { return static_cast<__mmask8>((1u << n) - 1u); }
   static Packet load_first(const double* p, Index n) { return _mm512_maskz_loadu_pd(first_lanes(n), p); }
+  static Packet zero_where_zero(Packet p, Packet v) {
+    return _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(p, zero(), _CMP_NEQ_UQ), v);
+  }
   static void store_first(double* p, Packet v, Index n) { _mm512_mask_storeu_pd(p, first_lanes(n), v); }
 
   static Packet exp(Packet x) {

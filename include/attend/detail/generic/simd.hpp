@@ -10,6 +10,7 @@
 //   zero(), set1(s), load(p), store(p, v)   unaligned loads and stores
 //   load_first(p, n), store_first(p, v, n)  lanes [0, n) only, 0 <= n < size: nothing past p + n is touched
 //   add, sub, mul, max, madd(a, b, c)       madd = a * b + c (fused where the level has FMA)
+//   zero_where_zero(p, v)                   v, with +0 in the lanes where p == 0 (+0 or -0; a NaN p keeps v)
 //   reduce_add(v), reduce_max(v)            over the lanes, in a fixed order
 //   exp(x)                                  exp(x) for x <= 0 or NaN, 0 where x < exp_underflow<Scalar>()
 //   transpose_tile(A, lda, B, ldb)          B (tile, tile) = A (tile, tile)^T
@@ -67,6 +68,9 @@ struct Simd {
   static Packet mul(const Packet& a, const Packet& b) { return Eigen::internal::pmul(a, b); }
   static Packet max(const Packet& a, const Packet& b) { return Eigen::internal::pmax(a, b); }
   static Packet madd(const Packet& a, const Packet& b, const Packet& c) { return Eigen::internal::pmadd(a, b, c); }
+  static Packet zero_where_zero(const Packet& p, const Packet& v) {
+    return Eigen::internal::pselect(Eigen::internal::pcmp_eq(p, zero()), zero(), v);
+  }
   static Scalar reduce_add(const Packet& v) { return Eigen::internal::predux(v); }
   static Scalar reduce_max(const Packet& v) { return Eigen::internal::predux_max(v); }
 

@@ -62,6 +62,22 @@ Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
   return total;
 }
 
+// Softmax's backward rule on one row of n keys, in place over dp: dp[j] = p[j] (dp[j] - D), and 0 where p[j] is 0 (a
+// key the row does not see, or whose weight underflowed, even when dp[j] is not finite). p: the row's weights;
+// D = sum_j p[j] dp[j] (detail/flash_backward.hpp). A subtraction then a multiplication on every entry, in packets or
+// alone: the same bits wherever an entry falls.
+template <class Scalar>
+void softmax_gradient_row(const Scalar* p, Scalar* dp, Index n, Scalar D) {
+  using S = Simd<Scalar>;
+  const typename S::Packet d = S::set1(D);
+  Index j = 0;
+  for (; j + S::size <= n; j += S::size) {
+    const typename S::Packet pj = S::load(p + j);
+    S::store(dp + j, S::zero_where_zero(pj, S::mul(pj, S::sub(S::load(dp + j), d))));
+  }
+  for (; j < n; ++j) dp[j] = p[j] == Scalar(0) ? Scalar(0) : p[j] * (dp[j] - D);
+}
+
 // One row of scores, in place:
 //   0. every key the row does not see (keys: from Mask::visible_keys) is replaced by -1e6; if it sees none and rule
 //      is FullyMasked::zero, the row becomes 0 and we stop;
