@@ -64,18 +64,28 @@ Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
 
 // Softmax's backward rule on one row of n keys, in place over dp: dp[j] = p[j] (dp[j] - D), and 0 where p[j] is 0 (a
 // key the row does not see, or whose weight underflowed, even when dp[j] is not finite). p: the row's weights;
-// D = sum_j p[j] dp[j] (detail/flash_backward.hpp). A subtraction then a multiplication on every entry, in packets or
-// alone: the same bits wherever an entry falls.
+// D = sum_j p[j] dp[j] (detail/flash_backward.hpp). The last n % size entries go through one packet of which the
+// lanes past n are neither read nor written: the same operations on every entry, so the same bits wherever it falls.
+// softmax_gradient_packet is the rule on one packet.
+template <class Scalar>
+typename Simd<Scalar>::Packet softmax_gradient_packet(const typename Simd<Scalar>::Packet& p,
+                                                      const typename Simd<Scalar>::Packet& dp,
+                                                      const typename Simd<Scalar>::Packet& D) {
+  using S = Simd<Scalar>;
+  return S::zero_where_zero(p, S::mul(p, S::sub(dp, D)));
+}
 template <class Scalar>
 void softmax_gradient_row(const Scalar* p, Scalar* dp, Index n, Scalar D) {
   using S = Simd<Scalar>;
   const typename S::Packet d = S::set1(D);
   Index j = 0;
-  for (; j + S::size <= n; j += S::size) {
-    const typename S::Packet pj = S::load(p + j);
-    S::store(dp + j, S::zero_where_zero(pj, S::mul(pj, S::sub(S::load(dp + j), d))));
+  for (; j + S::size <= n; j += S::size)
+    S::store(dp + j, softmax_gradient_packet<Scalar>(S::load(p + j), S::load(dp + j), d));
+  if (j < n) {  // the last n - j < size entries
+    const Index tail = n - j;
+    S::store_first(dp + j, softmax_gradient_packet<Scalar>(S::load_first(p + j, tail), S::load_first(dp + j, tail), d),
+                   tail);
   }
-  for (; j < n; ++j) dp[j] = p[j] == Scalar(0) ? Scalar(0) : p[j] * (dp[j] - D);
 }
 
 // One row of scores, in place:
