@@ -1,7 +1,8 @@
 // The kept transposed weight (detail/transposed_weight.hpp): Y = X W^T + b from W^T kept between calls, against the
 // definition; the same bits whatever the number of rows per call; never stale when W changes between calls, through
 // MultiHeadAttention's workspace too. And the kernel under it (detail/rows_times_matrix.hpp) in its accumulating mode
-// and over no inner dimension, and the blocked transpose of the tiled kernel's K^T copy (detail/transpose.hpp).
+// and over no inner dimension, its form with X given transposed, and the blocked transpose of the tiled kernel's K^T
+// copy (detail/transpose.hpp).
 #include <attend/detail/project_rows.hpp>
 #include <attend/detail/rows_times_matrix.hpp>
 #include <attend/detail/transpose.hpp>
@@ -216,6 +217,64 @@ TEMPLATE_TEST_CASE("rows_times_matrix over no inner dimension gives the bias, or
                                                         Y.data(), out);
     REQUIRE(Y == Matrix<TestType>::Zero(rows, out));  // an empty sum
   }
+}
+
+TEMPLATE_TEST_CASE("transposed_times_matrix gives A^T B + bias, or adds it, with the bits of rows_times_matrix on A^T",
+                   "[transposed_weight]", float, double) {
+  // rows of Y around the row blocks and past tuning::packed_product_rows; in (A's rows) past a panel's depth
+  // (tuning::product_panel_depth), out around the packets and past a panel's width.
+  const Index rows = GENERATE(1, 5, 6, 7, 13, 64, 70);
+  const Index in = GENERATE(1, 9, 300);
+  const Index out = GENERATE(3, 16, 33, 130);
+  const bool accumulate = GENERATE(true, false);
+  CAPTURE(rows, in, out, accumulate);
+  const Index lda = rows + 3;                                              // A's rows: columns past `rows` unused
+  const Matrix<TestType> A = random_matrix<TestType>(in, lda, 22);         // (in, lda)
+  const Matrix<TestType> B = random_matrix<TestType>(in, out, 23);         // (in, out), rows ending at out
+  const Matrix<TestType> Y0 = random_matrix<TestType>(rows, out, 24);      // (rows, out)
+  const Vector<TestType> bias = random_matrix<TestType>(1, out, 25).transpose();  // (out)
+  const TestType* b = accumulate ? nullptr : bias.data();
+  Matrix<TestType> Y = Y0;  // (rows, out)
+  Matrix<TestType> copied = Y0;  // (rows, out): the same through a copy of A^T
+  const Matrix<TestType> At = A.leftCols(rows).transpose();  // (rows, in)
+  if (accumulate) {
+    attend::detail::transposed_times_matrix<true, TestType>(A.data(), lda, rows, in, B.data(), out, out, b, Y.data(),
+                                                             out);
+    attend::detail::rows_times_matrix<true, TestType>(At.data(), in, rows, in, B.data(), out, out, false, b,
+                                                       copied.data(), out);
+  } else {
+    attend::detail::transposed_times_matrix<false, TestType>(A.data(), lda, rows, in, B.data(), out, out, b, Y.data(),
+                                                              out);
+    attend::detail::rows_times_matrix<false, TestType>(At.data(), in, rows, in, B.data(), out, out, false, b,
+                                                        copied.data(), out);
+  }
+  Matrix<double> expected(rows, out);  // (rows, out): Y0 + A^T B, or A^T B + bias, by definition
+  for (Index r = 0; r < rows; ++r)
+    for (Index o = 0; o < out; ++o) {
+      double sum = static_cast<double>(accumulate ? Y0(r, o) : bias(o));
+      for (Index k = 0; k < in; ++k) sum += static_cast<double>(A(k, r)) * static_cast<double>(B(k, o));
+      expected(r, o) = sum;
+    }
+  // A sum of `in` rounded products, each entry of A and B in [-1, 1]: abs grows with in.
+  const attend_test::Tolerance<TestType> tol{attend_test::tolerance<TestType>().rel,
+                                             attend_test::tolerance<TestType>().abs * static_cast<double>(in)};
+  REQUIRE_THAT(Y, attend_test::Near(expected, tol));
+  REQUIRE(Y == copied);  // bit for bit
+}
+
+TEMPLATE_TEST_CASE("transposed_times_matrix over no inner dimension, or into no rows, reads no operand",
+                   "[transposed_weight]", float, double) {
+  const Index out = GENERATE(3, 33);
+  CAPTURE(out);
+  const Matrix<TestType> Y0 = random_matrix<TestType>(7, out, 26);                // (7, out)
+  const Vector<TestType> bias = random_matrix<TestType>(1, out, 27).transpose();  // (out)
+  Matrix<TestType> Y = Y0;                                                        // (7, out)
+  attend::detail::transposed_times_matrix<true, TestType>(nullptr, 7, 7, 0, nullptr, out, out, nullptr, Y.data(), out);
+  REQUIRE(Y == Y0);
+  attend::detail::transposed_times_matrix<false, TestType>(nullptr, 7, 7, 0, nullptr, out, out, bias.data(), Y.data(),
+                                                           out);
+  REQUIRE(Y == bias.transpose().replicate(7, 1));
+  attend::detail::transposed_times_matrix<false, TestType>(nullptr, 7, 0, 5, nullptr, out, out, nullptr, nullptr, out);
 }
 
 TEMPLATE_TEST_CASE("transpose_into copies A^T into B, and nothing else", "[transposed_weight]", float, double) {

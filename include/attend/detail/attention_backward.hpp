@@ -34,10 +34,8 @@ template <class Scalar>
 struct AttentionBackwardScratch {
   AttentionBackwardScratch(Index num_queries, Index num_keys, Index dv)
       : A(num_queries, num_keys),
-        AT(num_keys, num_queries),
         VT(Matrix<Scalar>::Zero(dv, padded_to_packets<Scalar>(num_keys))) {}
   Matrix<Scalar> A;   // (queries, keys): P~, then dP, then scale dS
-  Matrix<Scalar> AT;  // (keys, queries): P~^T, then scale dS^T
   Matrix<Scalar> VT;  // (dv, keys padded to whole packets): V_g^T, the padding 0
 };
 
@@ -92,9 +90,8 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
                    s.A = Eigen::Map<const Matrix<Scalar>>(P, num_queries, num_keys);
                    for (Index i = 0; i < num_queries; ++i)
                      dropout.apply(s.A.data() + i * num_keys, num_keys, pair, i, Index(0));
-                   kernel.transpose_into(s.A.data(), num_keys, num_queries, num_keys, s.AT.data(), num_queries);
-                   kernel.rows_times_matrix(true, s.AT.data(), num_queries, num_keys, num_queries, dOh.data(),
-                                            dOh.outerStride(), dv, false, nullptr, dVg.data(), dVg.outerStride());
+                   kernel.transposed_times_matrix(true, s.A.data(), num_keys, num_keys, num_queries, dOh.data(),
+                                                  dOh.outerStride(), dv, nullptr, dVg.data(), dVg.outerStride());
                    // dP = (dO V_g^T) * F, then scale dS row by row
                    kernel.rows_times_matrix(false, dOh.data(), dOh.outerStride(), num_queries, dv, s.VT.data(),
                                             s.VT.outerStride(), num_keys, true, nullptr, s.A.data(), num_keys);
@@ -108,9 +105,8 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
                    // dQ_h = scale dS K_g;  dK_g += scale dS^T Q_h
                    kernel.rows_times_matrix(false, s.A.data(), num_keys, num_queries, num_keys, Kg.data(),
                                             Kg.outerStride(), d, false, nullptr, dQh.data(), dQh.outerStride());
-                   kernel.transpose_into(s.A.data(), num_keys, num_queries, num_keys, s.AT.data(), num_queries);
-                   kernel.rows_times_matrix(true, s.AT.data(), num_queries, num_keys, num_queries, Qh.data(),
-                                            Qh.outerStride(), d, false, nullptr, dKg.data(), dKg.outerStride());
+                   kernel.transposed_times_matrix(true, s.A.data(), num_keys, num_keys, num_queries, Qh.data(),
+                                                  Qh.outerStride(), d, nullptr, dKg.data(), dKg.outerStride());
                  }
                });
 }

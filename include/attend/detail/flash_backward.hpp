@@ -48,7 +48,6 @@ struct FlashBackwardScratch {
         P(br, bc),
         dropped(br, bc),
         dP(br, bc),
-        T(bc, br),
         dK(bc, d),
         dV(bc, dv),
         keys(static_cast<std::size_t>(br)) {}
@@ -57,7 +56,6 @@ struct FlashBackwardScratch {
   Matrix<Scalar> P;               // (br, bc): the weights
   Matrix<Scalar> dropped;         // (br, bc): P * F
   Matrix<Scalar> dP;              // (br, bc): dP, then dS
-  Matrix<Scalar> T;               // (bc, br): a transpose
   Matrix<Scalar> dK, dV;          // (bc, d), (bc, dv): the key block's gradients
   std::vector<VisibleKeys> keys;  // (br): the keys each row of the query block sees
 };
@@ -156,14 +154,16 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
               for (Index j = lo; j < hi; ++j)
                 if (!keys.sees(k0 + j)) row[j] = Scalar(0);
           }
-          // dV_blk += (P * F)^T dO_blk
-          auto Pd = s.dropped.topLeftCorner(rows, kc);
-          Pd = P;
-          for (Index i = 0; dropout.active() && i < rows; ++i)
-            dropout.apply(Pd.data() + i * Pd.outerStride(), kc, pair, q0 + i, k0);
-          kernel.transpose_into(Pd.data(), Pd.outerStride(), rows, kc, s.T.data(), s.T.outerStride());
-          kernel.rows_times_matrix(true, s.T.data(), s.T.outerStride(), kc, rows, dOb.data(), dOb.outerStride(), dv,
-                                   false, nullptr, dVb.data(), dVb.outerStride());
+          // dV_blk += (P * F)^T dO_blk, (P * F)^T read in place
+          auto dropped = s.dropped.topLeftCorner(rows, kc);  // as P's, rows s.P.outerStride() apart
+          if (dropout.active()) {
+            dropped = P;
+            for (Index i = 0; i < rows; ++i)
+              dropout.apply(dropped.data() + i * dropped.outerStride(), kc, pair, q0 + i, k0);
+          }
+          const Scalar* Pd = dropout.active() ? dropped.data() : P.data();  // (rows, kc)
+          kernel.transposed_times_matrix(true, Pd, P.outerStride(), kc, rows, dOb.data(), dOb.outerStride(), dv,
+                                         nullptr, dVb.data(), dVb.outerStride());
           // dP = (dO_blk V_blk^T) * F, then dS = P * (dP - D) on the visible keys
           auto dP = s.dP.topLeftCorner(rows, kc);
           kernel.rows_times_matrix(false, dOb.data(), dOb.outerStride(), rows, dv, s.VT.data(), s.VT.outerStride(), kc,
@@ -181,9 +181,8 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
             kernel.softmax_gradient_row(p, row, kc, Di);
           }
           // dK_blk += dS^T Qs;  dQ_blk += dS K_blk (scaled at the end)
-          kernel.transpose_into(dP.data(), dP.outerStride(), rows, kc, s.T.data(), s.T.outerStride());
-          kernel.rows_times_matrix(true, s.T.data(), s.T.outerStride(), kc, rows, Qs.data(), Qs.outerStride(), d, false,
-                                   nullptr, dKb.data(), dKb.outerStride());
+          kernel.transposed_times_matrix(true, dP.data(), dP.outerStride(), kc, rows, Qs.data(), Qs.outerStride(), d,
+                                         nullptr, dKb.data(), dKb.outerStride());
           Scalar* dQ_rows = partial_dQ.data() + ((split * pairs + pair) * num_queries + q0) * d;  // (rows, d)
           kernel.rows_times_matrix(true, dP.data(), dP.outerStride(), rows, kc, Kb.data(), Kb.outerStride(), d, false,
                                    nullptr, dQ_rows, d);

@@ -1,7 +1,7 @@
 // attend/detail/products.hpp — the plain matrix products the backward passes need, on the active level's row kernel
 // (detail/kernels/products-inl.hpp):
 //   times(A, B)             C = A B          A (m, k), B (k, n)
-//   transposed_times(A, B)  C (+)= A^T B     A (k, m), B (k, n)     (through a copy of A^T)
+//   transposed_times(A, B)  C (+)= A^T B     A (k, m), B (k, n)     (A read in place)
 // Every element of C is one multiply-add chain over k in order, and rows of C go in fixed chunks shared among the
 // threads: the same bits whatever the number of threads. All matrices row-major with contiguous rows.
 #pragma once
@@ -41,10 +41,15 @@ void transposed_times(bool accumulate, const Eigen::Ref<const Matrix<Scalar>>& A
     if (!accumulate) C.setZero();
     return;
   }
-  Matrix<Scalar> At(A.cols(), A.rows());  // (m, k)
-  kernels<Scalar>().transpose_into(A.data(), A.outerStride(), A.rows(), A.cols(), At.data(), At.cols());
-  times(accumulate, At.data(), At.cols(), At.rows(), At.cols(), B.data(), B.outerStride(), B.cols(), C.data(),
-        C.outerStride());
+  const Index m = C.rows(), k = A.rows(), n = C.cols();
+  const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
+  const Index chunks = (m + tuning::rows_per_chunk - 1) / tuning::rows_per_chunk;
+  parallel_for(chunks, static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n), [&](Index c, int) {
+    const Index r0 = c * tuning::rows_per_chunk, rows = std::min(tuning::rows_per_chunk, m - r0);
+    // rows r0 .. of C: A^T's rows r0 .., A's columns r0 ..
+    kernel.transposed_times_matrix(accumulate, A.data() + r0, A.outerStride(), rows, k, B.data(), B.outerStride(), n,
+                                   nullptr, C.data() + r0 * C.outerStride(), C.outerStride());
+  });
 }
 
 }  // namespace detail

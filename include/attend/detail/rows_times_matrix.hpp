@@ -1,4 +1,5 @@
-// attend/detail/rows_times_matrix.hpp — Y = X B (+ bias), or Y += X B, on the row kernel of the active level.
+// attend/detail/rows_times_matrix.hpp — Y = X B (+ bias), or Y += X B, on the row kernel of the active level; and
+// Y (+)= A^T B with A read in place.
 //
 // The kernel itself is detail/kernels/products-inl.hpp; these are its entry points for code outside the kernels,
 // each a call through the table of detail/kernels.hpp. Inside a parallel region, fetch the table before it
@@ -24,6 +25,14 @@ template <bool Accumulate, class Scalar>
 void rows_times_matrix(const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B, Index ldb, Index out,
                        bool padded, const Scalar* bias, Scalar* Y, Index ldy) {
   kernels<Scalar>().rows_times_matrix(Accumulate, X, ldx, rows, in, B, ldb, out, padded, bias, Y, ldy);
+}
+
+// Y (rows, out) = A^T B + bias, or Y += A^T B + bias when Accumulate, with A (in, rows) read in place, rows lda
+// apart; B's rows (ldb apart) end at `out`. The bits of rows_times_matrix on a copy of A^T; with in = 0, as it.
+template <bool Accumulate, class Scalar>
+void transposed_times_matrix(const Scalar* A, Index lda, Index rows, Index in, const Scalar* B, Index ldb, Index out,
+                             const Scalar* bias, Scalar* Y, Index ldy) {
+  kernels<Scalar>().transposed_times_matrix(Accumulate, A, lda, rows, in, B, ldb, out, bias, Y, ldy);
 }
 
 }  // namespace detail

@@ -26,8 +26,8 @@ constexpr Eigen::Index flash_query_rows = 128;
 template <class Scalar>
 constexpr Eigen::Index flash_key_rows = sizeof(Scalar) <= 4 ? 256 : 128;
 
-// The tiled backward pass's tile (detail/flash_backward.hpp): it keeps five (Br, Bc) tiles (P, its dropped copy,
-// dP, and two transposes) and the K^T, V^T blocks, about 240 KiB in float at heads of 64, inside L2.
+// The tiled backward pass's tile (detail/flash_backward.hpp): it keeps three (Br, Bc) tiles (P, its dropped copy, and
+// dP) and the K^T, V^T blocks, about 210 KiB in float at heads of 64, inside L2.
 template <class Scalar>
 constexpr Eigen::Index flash_backward_query_rows = 64;
 template <class Scalar>

@@ -14,6 +14,10 @@
 // Every element of Y is one chain of multiply-adds over k in order, from 0 (or from Y's value when accumulating),
 // then plus its bias: the same bits whatever the number of rows in a call, so whatever the number of threads, and
 // whatever the panels.
+//
+// X may also be given transposed (transposed_times_matrix: Y = A^T B with A (in, rows) as stored): the row blocks
+// then broadcast their R entries of a step from one row of A, R consecutive values, and no transposed copy is made.
+// The same multiply-adds in the same order, so the bits of a product with A^T copied out first.
 
 // How many accumulators a block of Y keeps in registers: all but 8 of the vector registers on a level with 32 (C
 // packets of B and a broadcast of X need the others), 12 on one with 16 (the compiler folds the loads of B into the
@@ -22,10 +26,17 @@
 template <class Scalar>
 constexpr int row_accumulators = Simd<Scalar>::registers >= 32 ? 24 : 12;
 
+// Entry (r, k) of X (rows, in): X[r * ldx + k] as stored, or, Transposed, A[k * ldx + r] of A = X^T (in, rows), rows
+// ldx apart.
+template <bool Transposed, class Scalar>
+const Scalar* x_entry(const Scalar* X, Index ldx, Index r, Index k) {
+  return Transposed ? X + k * ldx + r : X + r * ldx + k;
+}
+
 // Columns [0, C packets) of R rows of Y, all of them present: Y[r, o] (+)= sum_k X[r, k] B[k, o] (+ bias[o]).
-// X: (R, in), rows ldx apart; B: (in, >= C packets), rows ldb apart; bias: (C packets) or null; Y rows ldy apart.
-// Only whole packets here, so that the compiler keeps every accumulator in a register.
-template <int R, int C, bool Accumulate, class Scalar>
+// X: (R, in), entries at x_entry<Transposed>; B: (in, >= C packets), rows ldb apart; bias: (C packets) or null; Y rows
+// ldy apart. Only whole packets here, so that the compiler keeps every accumulator in a register.
+template <int R, int C, bool Accumulate, bool Transposed = false, class Scalar>
 void rows_times_packets(const Scalar* X, Index ldx, Index in, const Scalar* B, Index ldb, const Scalar* bias, Scalar* Y,
                         Index ldy) {
   using S = Simd<Scalar>;
@@ -41,7 +52,7 @@ void rows_times_packets(const Scalar* X, Index ldx, Index in, const Scalar* B, I
     for (int c = 0; c < C; ++c) bk[c] = S::load(b + c * P);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const Packet x = S::set1(X[r * ldx + k]);
+      const Packet x = S::set1(*x_entry<Transposed>(X, ldx, r, k));
 #pragma GCC unroll 4
       for (int c = 0; c < C; ++c) acc[r][c] = S::madd(x, bk[c], acc[r][c]);
     }
@@ -57,14 +68,14 @@ void rows_times_packets(const Scalar* X, Index ldx, Index in, const Scalar* B, I
 
 // Columns [o0, o0 + C packets) of R rows of Y, those below `out` written: as rows_times_packets, B read in whole
 // packets. When the last packet runs past `out`, Y's and the bias's entries go through a padded copy.
-template <int R, int C, bool Accumulate, class Scalar>
+template <int R, int C, bool Accumulate, bool Transposed = false, class Scalar>
 void rows_times_matrix_block(const Scalar* X, Index ldx, Index in, const Scalar* B, Index ldb, Index o0, Index out,
                              const Scalar* bias, Scalar* Y, Index ldy) {
   constexpr Index width = C * Simd<Scalar>::size;
   const Scalar* bias_o0 = bias != nullptr ? bias + o0 : nullptr;
   const Scalar* B_o0 = in > 0 ? B + o0 : B;  // B is never read when in = 0, and may then be null
   if (o0 + width <= out) {
-    rows_times_packets<R, C, Accumulate>(X, ldx, in, B_o0, ldb, bias_o0, Y + o0, ldy);
+    rows_times_packets<R, C, Accumulate, Transposed>(X, ldx, in, B_o0, ldb, bias_o0, Y + o0, ldy);
     return;
   }
   const Index present = out - o0;  // 1 .. width - 1 columns
@@ -75,7 +86,8 @@ void rows_times_matrix_block(const Scalar* X, Index ldx, Index in, const Scalar*
       for (Index o = 0; o < present; ++o) tile[r * width + o] = Y[r * ldy + o0 + o];
   if (bias_o0 != nullptr)
     for (Index o = 0; o < present; ++o) bias_tile[o] = bias_o0[o];
-  rows_times_packets<R, C, Accumulate>(X, ldx, in, B_o0, ldb, bias_o0 != nullptr ? bias_tile : nullptr, tile, width);
+  rows_times_packets<R, C, Accumulate, Transposed>(X, ldx, in, B_o0, ldb, bias_o0 != nullptr ? bias_tile : nullptr,
+                                                  tile, width);
   for (int r = 0; r < R; ++r)
     for (Index o = 0; o < present; ++o) Y[r * ldy + o0 + o] = tile[r * width + o];
 }
@@ -203,7 +215,7 @@ void pack_panel(const Scalar* B, Index ldb, Index steps, Index columns, Scalar* 
 }
 
 // R rows of Y, columns [0, columns): Y (+)= X (R, steps) times the packed panel (+ bias), micro-panel by micro-panel.
-template <int R, bool Accumulate, class Scalar>
+template <int R, bool Accumulate, bool Transposed, class Scalar>
 void packed_rows_times_panel(const Scalar* X, Index ldx, Index steps, const Scalar* packed, Index columns,
                              const Scalar* bias, Scalar* Y, Index ldy) {
   constexpr Index P = Simd<Scalar>::size, W = packed_width<Scalar>;
@@ -214,19 +226,19 @@ void packed_rows_times_panel(const Scalar* X, Index ldx, Index steps, const Scal
     const Index width = micro_panel_width<Scalar>(present);
     switch (width / P) {  // the micro-panel's packets: C but for the last
       case 1:
-        rows_times_matrix_block<R, 1, Accumulate>(X, ldx, steps, packed, P, 0, present, bias_j0, Y + j0, ldy);
+        rows_times_matrix_block<R, 1, Accumulate, Transposed>(X, ldx, steps, packed, P, 0, present, bias_j0, Y + j0, ldy);
         break;
       case 2:
         if constexpr (C >= 2)
-          rows_times_matrix_block<R, 2, Accumulate>(X, ldx, steps, packed, 2 * P, 0, present, bias_j0, Y + j0, ldy);
+          rows_times_matrix_block<R, 2, Accumulate, Transposed>(X, ldx, steps, packed, 2 * P, 0, present, bias_j0, Y + j0, ldy);
         break;
       case 3:
         if constexpr (C >= 3)
-          rows_times_matrix_block<R, 3, Accumulate>(X, ldx, steps, packed, 3 * P, 0, present, bias_j0, Y + j0, ldy);
+          rows_times_matrix_block<R, 3, Accumulate, Transposed>(X, ldx, steps, packed, 3 * P, 0, present, bias_j0, Y + j0, ldy);
         break;
       case 4:
         if constexpr (C >= 4)
-          rows_times_matrix_block<R, 4, Accumulate>(X, ldx, steps, packed, 4 * P, 0, present, bias_j0, Y + j0, ldy);
+          rows_times_matrix_block<R, 4, Accumulate, Transposed>(X, ldx, steps, packed, 4 * P, 0, present, bias_j0, Y + j0, ldy);
         break;
       default: break;
     }
@@ -235,17 +247,20 @@ void packed_rows_times_panel(const Scalar* X, Index ldx, Index steps, const Scal
 }
 
 // Every row of Y over one packed panel: packed_rows at a time, then 4, then one.
-template <bool Accumulate, class Scalar>
+template <bool Accumulate, bool Transposed, class Scalar>
 void packed_times_panel(const Scalar* X, Index ldx, Index rows, Index steps, const Scalar* packed, Index columns,
                         const Scalar* bias, Scalar* Y, Index ldy) {
   constexpr int R = packed_rows<Scalar>;
   Index r = 0;
   for (; r + R <= rows; r += R)
-    packed_rows_times_panel<R, Accumulate>(X + r * ldx, ldx, steps, packed, columns, bias, Y + r * ldy, ldy);
+    packed_rows_times_panel<R, Accumulate, Transposed>(x_entry<Transposed>(X, ldx, r, 0), ldx, steps, packed, columns,
+                                                       bias, Y + r * ldy, ldy);
   for (; r + 4 <= rows; r += 4)
-    packed_rows_times_panel<4, Accumulate>(X + r * ldx, ldx, steps, packed, columns, bias, Y + r * ldy, ldy);
+    packed_rows_times_panel<4, Accumulate, Transposed>(x_entry<Transposed>(X, ldx, r, 0), ldx, steps, packed, columns,
+                                                       bias, Y + r * ldy, ldy);
   for (; r < rows; ++r)
-    packed_rows_times_panel<1, Accumulate>(X + r * ldx, ldx, steps, packed, columns, bias, Y + r * ldy, ldy);
+    packed_rows_times_panel<1, Accumulate, Transposed>(x_entry<Transposed>(X, ldx, r, 0), ldx, steps, packed, columns,
+                                                       bias, Y + r * ldy, ldy);
 }
 
 // Frees what packed_panel_buffer allocates.
@@ -267,6 +282,30 @@ Scalar* packed_panel_buffer() {
   return buffer.get();
 }
 
+// Y (rows, out) (+)= X (rows, in) B (in, out) + bias over packed panels of B, X's entries at x_entry<Transposed>, in > 0:
+// B's panels of product_panel_depth rows by product_panel_width columns, each packed, then every row of X passes over
+// it; the depth slices of a panel in order, the bias with the last, so each element's chain is that of one pass.
+template <bool Accumulate, bool Transposed, class Scalar>
+void packed_rows_times_matrix(const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B, Index ldb, Index out,
+                              const Scalar* bias, Scalar* Y, Index ldy) {
+  constexpr Index depth = tuning::product_panel_depth<Scalar>, width = tuning::product_panel_width<Scalar>;
+  Scalar* packed = packed_panel_buffer<Scalar>();
+  for (Index o0 = 0; o0 < out; o0 += width) {
+    const Index columns = std::min(width, out - o0);
+    for (Index k0 = 0; k0 < in; k0 += depth) {
+      const Index steps = std::min(depth, in - k0);
+      const Scalar* panel_bias = k0 + steps == in && bias != nullptr ? bias + o0 : nullptr;
+      pack_panel(B + k0 * ldb + o0, ldb, steps, columns, packed);  // B's (steps, columns) panel
+      const Scalar* X_k0 = x_entry<Transposed>(X, ldx, 0, k0);
+      if (Accumulate || k0 > 0) {
+        packed_times_panel<true, Transposed>(X_k0, ldx, rows, steps, packed, columns, panel_bias, Y + o0, ldy);
+      } else {
+        packed_times_panel<false, Transposed>(X_k0, ldx, rows, steps, packed, columns, panel_bias, Y + o0, ldy);
+      }
+    }
+  }
+}
+
 // Y (rows, out) = X (rows, in) B (in, out) + bias, or Y += X B + bias when Accumulate. X rows ldx apart, B rows ldb
 // apart, Y rows ldy apart; bias (out) or null. With in = 0, Y = bias (0 without one), or Y unchanged when
 // accumulating: X and B are then never read, and either may be null.
@@ -279,29 +318,23 @@ Scalar* packed_panel_buffer() {
 template <bool Accumulate, class Scalar>
 void rows_times_matrix(const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B, Index ldb, Index out,
                        bool padded, const Scalar* bias, Scalar* Y, Index ldy) {
-  const bool packs = rows >= tuning::packed_product_rows && in > 0;
+  if (rows >= tuning::packed_product_rows && in > 0) {
+    packed_rows_times_matrix<Accumulate, false>(X, ldx, rows, in, B, ldb, out, bias, Y, ldy);
+    return;
+  }
   const double bytes = static_cast<double>(in) * static_cast<double>(out) * sizeof(Scalar);
-  if (!packs && bytes <= tuning::product_panel_bytes) {
+  if (bytes <= tuning::product_panel_bytes) {
     rows_times_panel<Accumulate>(X, ldx, rows, in, B, ldb, out, padded, bias, Y, ldy);
     return;
   }
   constexpr Index depth = tuning::product_panel_depth<Scalar>, width = tuning::product_panel_width<Scalar>;
-  Scalar* packed = packs ? packed_panel_buffer<Scalar>() : nullptr;
   for (Index o0 = 0; o0 < out; o0 += width) {
     const Index columns = std::min(width, out - o0);
     for (Index k0 = 0; k0 < in; k0 += depth) {
       const Index steps = std::min(depth, in - k0);
       const Scalar* panel_bias = k0 + steps == in && bias != nullptr ? bias + o0 : nullptr;
       const Scalar* panel = B + k0 * ldb + o0;  // (steps, columns), rows ldb apart
-      const bool accumulate = Accumulate || k0 > 0;
-      if (packs) {
-        pack_panel(panel, ldb, steps, columns, packed);
-        if (accumulate) {
-          packed_times_panel<true>(X + k0, ldx, rows, steps, packed, columns, panel_bias, Y + o0, ldy);
-        } else {
-          packed_times_panel<false>(X + k0, ldx, rows, steps, packed, columns, panel_bias, Y + o0, ldy);
-        }
-      } else if (accumulate) {
+      if (Accumulate || k0 > 0) {
         rows_times_panel<true>(X + k0, ldx, rows, steps, panel, ldb, columns, padded, panel_bias, Y + o0, ldy);
       } else {
         rows_times_panel<false>(X + k0, ldx, rows, steps, panel, ldb, columns, padded, panel_bias, Y + o0, ldy);
@@ -318,6 +351,23 @@ void rows_times_matrix_entry(bool accumulate, const Scalar* X, Index ldx, Index 
     rows_times_matrix<true>(X, ldx, rows, in, B, ldb, out, padded, bias, Y, ldy);
   } else {
     rows_times_matrix<false>(X, ldx, rows, in, B, ldb, out, padded, bias, Y, ldy);
+  }
+}
+
+// Y (rows, out) = A^T B + bias, or Y += A^T B + bias when accumulate: A (in, rows), rows lda apart, read in place
+// (X = A^T); B (in, out), rows ldb apart, rows ending at `out`; Y rows ldy apart; bias (out) or null. Always through
+// packed panels, whatever the number of rows (the in-place path reads X by rows). The bits of rows_times_matrix on a
+// copy of A^T. With in = 0: Y = bias (0 without one), or unchanged when accumulating.
+template <class Scalar>
+void transposed_times_matrix_entry(bool accumulate, const Scalar* A, Index lda, Index rows, Index in, const Scalar* B,
+                                   Index ldb, Index out, const Scalar* bias, Scalar* Y, Index ldy) {
+  if (rows == 0) return;
+  if (in == 0) {
+    rows_times_matrix_entry(accumulate, A, lda, rows, in, B, ldb, out, false, bias, Y, ldy);
+  } else if (accumulate) {
+    packed_rows_times_matrix<true, true>(A, lda, rows, in, B, ldb, out, bias, Y, ldy);
+  } else {
+    packed_rows_times_matrix<false, true>(A, lda, rows, in, B, ldb, out, bias, Y, ldy);
   }
 }
 
