@@ -226,19 +226,23 @@ void packed_rows_times_panel(const Scalar* X, Index ldx, Index steps, const Scal
     const Index width = micro_panel_width<Scalar>(present);
     switch (width / P) {  // the micro-panel's packets: C but for the last
       case 1:
-        rows_times_matrix_block<R, 1, Accumulate, Transposed>(X, ldx, steps, packed, P, 0, present, bias_j0, Y + j0, ldy);
+        rows_times_matrix_block<R, 1, Accumulate, Transposed>(X, ldx, steps, packed, P, 0, present, bias_j0,
+                                                              Y + j0, ldy);
         break;
       case 2:
         if constexpr (C >= 2)
-          rows_times_matrix_block<R, 2, Accumulate, Transposed>(X, ldx, steps, packed, 2 * P, 0, present, bias_j0, Y + j0, ldy);
+          rows_times_matrix_block<R, 2, Accumulate, Transposed>(X, ldx, steps, packed, 2 * P, 0, present, bias_j0,
+                                                                Y + j0, ldy);
         break;
       case 3:
         if constexpr (C >= 3)
-          rows_times_matrix_block<R, 3, Accumulate, Transposed>(X, ldx, steps, packed, 3 * P, 0, present, bias_j0, Y + j0, ldy);
+          rows_times_matrix_block<R, 3, Accumulate, Transposed>(X, ldx, steps, packed, 3 * P, 0, present, bias_j0,
+                                                                Y + j0, ldy);
         break;
       case 4:
         if constexpr (C >= 4)
-          rows_times_matrix_block<R, 4, Accumulate, Transposed>(X, ldx, steps, packed, 4 * P, 0, present, bias_j0, Y + j0, ldy);
+          rows_times_matrix_block<R, 4, Accumulate, Transposed>(X, ldx, steps, packed, 4 * P, 0, present, bias_j0,
+                                                                Y + j0, ldy);
         break;
       default: break;
     }
@@ -282,9 +286,10 @@ Scalar* packed_panel_buffer() {
   return buffer.get();
 }
 
-// Y (rows, out) (+)= X (rows, in) B (in, out) + bias over packed panels of B, X's entries at x_entry<Transposed>, in > 0:
-// B's panels of product_panel_depth rows by product_panel_width columns, each packed, then every row of X passes over
-// it; the depth slices of a panel in order, the bias with the last, so each element's chain is that of one pass.
+// Y (rows, out) (+)= X (rows, in) B (in, out) + bias over packed panels of B, X's entries at x_entry<Transposed>,
+// in > 0: B's panels of product_panel_depth rows by product_panel_width columns, each packed, then every row of X
+// passes over it; the depth slices of a panel in order, the bias with the last, so each element's chain is that of
+// one pass.
 template <bool Accumulate, bool Transposed, class Scalar>
 void packed_rows_times_matrix(const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B, Index ldb, Index out,
                               const Scalar* bias, Scalar* Y, Index ldy) {
