@@ -155,13 +155,14 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
                 if (!keys.sees(k0 + j)) row[j] = Scalar(0);
           }
           // dV_blk += (P * F)^T dO_blk, (P * F)^T read in place
-          auto dropped = s.dropped.topLeftCorner(rows, kc);  // as P's, rows s.P.outerStride() apart
+          const Scalar* Pd = P.data();  // (rows, kc): P * F, rows P.outerStride() apart
           if (dropout.active()) {
+            auto dropped = s.dropped.topLeftCorner(rows, kc);  // as P, rows as far apart
             dropped = P;
             for (Index i = 0; i < rows; ++i)
               dropout.apply(dropped.data() + i * dropped.outerStride(), kc, pair, q0 + i, k0);
+            Pd = dropped.data();
           }
-          const Scalar* Pd = dropout.active() ? dropped.data() : P.data();  // (rows, kc)
           kernel.transposed_times_matrix(true, Pd, P.outerStride(), kc, rows, dOb.data(), dOb.outerStride(), dv,
                                          nullptr, dVb.data(), dVb.outerStride());
           // dP = (dO_blk V_blk^T) * F, then dS = P * (dP - D) on the visible keys

@@ -18,15 +18,24 @@ namespace attend {
 inline namespace ATTEND_ABI {
 namespace detail {
 
+// product(r0, rows) for each chunk of tuning::rows_per_chunk of the m rows of an (m, k) by (k, n) product, shared among
+// the threads; the chunks fixed by m alone.
+template <class Product>
+void in_row_chunks(Index m, Index k, Index n, const Product& product) {
+  const Index chunks = (m + tuning::rows_per_chunk - 1) / tuning::rows_per_chunk;
+  parallel_for(chunks, static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n), [&](Index c, int) {
+    const Index r0 = c * tuning::rows_per_chunk;
+    product(r0, std::min(tuning::rows_per_chunk, m - r0));
+  });
+}
+
 // C (m, n) = A (m, k) B (k, n), or C += A B when accumulate. Rows lda, ldb, ldc apart.
 template <class Scalar>
 void times(bool accumulate, const Scalar* A, Index lda, Index m, Index k, const Scalar* B, Index ldb, Index n,
            Scalar* C, Index ldc) {
   if (m == 0 || n == 0) return;
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
-  const Index chunks = (m + tuning::rows_per_chunk - 1) / tuning::rows_per_chunk;
-  parallel_for(chunks, static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n), [&](Index c, int) {
-    const Index r0 = c * tuning::rows_per_chunk, rows = std::min(tuning::rows_per_chunk, m - r0);
+  in_row_chunks(m, k, n, [&](Index r0, Index rows) {
     kernel.rows_times_matrix(accumulate, A + r0 * lda, lda, rows, k, B, ldb, n, false, nullptr, C + r0 * ldc, ldc);
   });
 }
@@ -41,14 +50,12 @@ void transposed_times(bool accumulate, const Eigen::Ref<const Matrix<Scalar>>& A
     if (!accumulate) C.setZero();
     return;
   }
-  const Index m = C.rows(), k = A.rows(), n = C.cols();
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
-  const Index chunks = (m + tuning::rows_per_chunk - 1) / tuning::rows_per_chunk;
-  parallel_for(chunks, static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n), [&](Index c, int) {
-    const Index r0 = c * tuning::rows_per_chunk, rows = std::min(tuning::rows_per_chunk, m - r0);
+  in_row_chunks(C.rows(), A.rows(), C.cols(), [&](Index r0, Index rows) {
     // rows r0 .. of C: A^T's rows r0 .., A's columns r0 ..
-    kernel.transposed_times_matrix(accumulate, A.data() + r0, A.outerStride(), rows, k, B.data(), B.outerStride(), n,
-                                   nullptr, C.data() + r0 * C.outerStride(), C.outerStride());
+    kernel.transposed_times_matrix(accumulate, A.data() + r0, A.outerStride(), rows, A.rows(), B.data(),
+                                   B.outerStride(), C.cols(), nullptr, C.data() + r0 * C.outerStride(),
+                                   C.outerStride());
   });
 }
 

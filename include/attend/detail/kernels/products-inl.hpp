@@ -286,26 +286,37 @@ Scalar* packed_panel_buffer() {
   return buffer.get();
 }
 
-// Y (rows, out) (+)= X (rows, in) B (in, out) + bias over packed panels of B, X's entries at x_entry<Transposed>,
-// in > 0: B's panels of product_panel_depth rows by product_panel_width columns, each packed, then every row of X
-// passes over it; the depth slices of a panel in order, the bias with the last, so each element's chain is that of
-// one pass.
+// Y (rows, out) (+)= X (rows, in) B (in, out) + bias over panels of B of at most product_panel_depth rows by
+// product_panel_width columns, X's entries at x_entry<Transposed>: each panel packed first (packs), then every row of
+// X passes over it; or, not Transposed, read in place. The depth slices of a panel in order, the bias with the last,
+// so each element's chain is that of one pass.
 template <bool Accumulate, bool Transposed, class Scalar>
-void packed_rows_times_matrix(const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B, Index ldb, Index out,
-                              const Scalar* bias, Scalar* Y, Index ldy) {
+void panels_times_matrix(bool packs, const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B, Index ldb,
+                         Index out, bool padded, const Scalar* bias, Scalar* Y, Index ldy) {
+  eigen_assert(packs || !Transposed);  // the in-place path reads X by rows
   constexpr Index depth = tuning::product_panel_depth<Scalar>, width = tuning::product_panel_width<Scalar>;
-  Scalar* packed = packed_panel_buffer<Scalar>();
+  Scalar* packed = packs ? packed_panel_buffer<Scalar>() : nullptr;
   for (Index o0 = 0; o0 < out; o0 += width) {
     const Index columns = std::min(width, out - o0);
     for (Index k0 = 0; k0 < in; k0 += depth) {
       const Index steps = std::min(depth, in - k0);
       const Scalar* panel_bias = k0 + steps == in && bias != nullptr ? bias + o0 : nullptr;
-      pack_panel(B + k0 * ldb + o0, ldb, steps, columns, packed);  // B's (steps, columns) panel
+      const Scalar* panel = B + k0 * ldb + o0;  // (steps, columns), rows ldb apart
       const Scalar* X_k0 = x_entry<Transposed>(X, ldx, 0, k0);
-      if (Accumulate || k0 > 0) {
-        packed_times_panel<true, Transposed>(X_k0, ldx, rows, steps, packed, columns, panel_bias, Y + o0, ldy);
-      } else {
-        packed_times_panel<false, Transposed>(X_k0, ldx, rows, steps, packed, columns, panel_bias, Y + o0, ldy);
+      const bool accumulate = Accumulate || k0 > 0;
+      if (packs) {
+        pack_panel(panel, ldb, steps, columns, packed);
+        if (accumulate) {
+          packed_times_panel<true, Transposed>(X_k0, ldx, rows, steps, packed, columns, panel_bias, Y + o0, ldy);
+        } else {
+          packed_times_panel<false, Transposed>(X_k0, ldx, rows, steps, packed, columns, panel_bias, Y + o0, ldy);
+        }
+      } else if constexpr (!Transposed) {
+        if (accumulate) {
+          rows_times_panel<true>(X_k0, ldx, rows, steps, panel, ldb, columns, padded, panel_bias, Y + o0, ldy);
+        } else {
+          rows_times_panel<false>(X_k0, ldx, rows, steps, panel, ldb, columns, padded, panel_bias, Y + o0, ldy);
+        }
       }
     }
   }
@@ -323,29 +334,13 @@ void packed_rows_times_matrix(const Scalar* X, Index ldx, Index rows, Index in, 
 template <bool Accumulate, class Scalar>
 void rows_times_matrix(const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B, Index ldb, Index out,
                        bool padded, const Scalar* bias, Scalar* Y, Index ldy) {
-  if (rows >= tuning::packed_product_rows && in > 0) {
-    packed_rows_times_matrix<Accumulate, false>(X, ldx, rows, in, B, ldb, out, bias, Y, ldy);
-    return;
-  }
+  const bool packs = rows >= tuning::packed_product_rows && in > 0;
   const double bytes = static_cast<double>(in) * static_cast<double>(out) * sizeof(Scalar);
-  if (bytes <= tuning::product_panel_bytes) {
+  if (!packs && bytes <= tuning::product_panel_bytes) {
     rows_times_panel<Accumulate>(X, ldx, rows, in, B, ldb, out, padded, bias, Y, ldy);
     return;
   }
-  constexpr Index depth = tuning::product_panel_depth<Scalar>, width = tuning::product_panel_width<Scalar>;
-  for (Index o0 = 0; o0 < out; o0 += width) {
-    const Index columns = std::min(width, out - o0);
-    for (Index k0 = 0; k0 < in; k0 += depth) {
-      const Index steps = std::min(depth, in - k0);
-      const Scalar* panel_bias = k0 + steps == in && bias != nullptr ? bias + o0 : nullptr;
-      const Scalar* panel = B + k0 * ldb + o0;  // (steps, columns), rows ldb apart
-      if (Accumulate || k0 > 0) {
-        rows_times_panel<true>(X + k0, ldx, rows, steps, panel, ldb, columns, padded, panel_bias, Y + o0, ldy);
-      } else {
-        rows_times_panel<false>(X + k0, ldx, rows, steps, panel, ldb, columns, padded, panel_bias, Y + o0, ldy);
-      }
-    }
-  }
+  panels_times_matrix<Accumulate, false>(packs, X, ldx, rows, in, B, ldb, out, padded, bias, Y, ldy);
 }
 
 // The same with `accumulate` a run-time flag: the form the dispatch table holds.
@@ -370,9 +365,9 @@ void transposed_times_matrix_entry(bool accumulate, const Scalar* A, Index lda, 
   if (in == 0) {
     rows_times_matrix_entry(accumulate, A, lda, rows, in, B, ldb, out, false, bias, Y, ldy);
   } else if (accumulate) {
-    packed_rows_times_matrix<true, true>(A, lda, rows, in, B, ldb, out, bias, Y, ldy);
+    panels_times_matrix<true, true>(true, A, lda, rows, in, B, ldb, out, false, bias, Y, ldy);
   } else {
-    packed_rows_times_matrix<false, true>(A, lda, rows, in, B, ldb, out, bias, Y, ldy);
+    panels_times_matrix<false, true>(true, A, lda, rows, in, B, ldb, out, false, bias, Y, ldy);
   }
 }
 
