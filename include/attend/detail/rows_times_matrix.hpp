@@ -16,7 +16,7 @@ inline namespace ATTEND_ABI {
 namespace detail {
 
 // Y (rows, out) = X (rows, in) B (in, out) + bias, or Y += X B + bias when Accumulate. X rows ldx apart, B rows ldb
-// apart, Y rows ldy apart; bias (out) or null. With in = 0, Y = bias (0 without one), or Y unchanged when
+// apart, Y rows ldy apart; bias (out) or null. With in = 0, Y = bias (0 without one), or Y += bias when
 // accumulating: X and B are then never read, and either may be null.
 // padded: B's rows may be read in whole packets, out rounded up to padded_to_packets<Scalar>(out) (a padded copy, or
 // out a multiple of that); false: B's rows end at `out`. Every element of Y is one chain of multiply-adds over k in

@@ -322,8 +322,22 @@ void panels_times_matrix(bool packs, const Scalar* X, Index ldx, Index rows, Ind
   }
 }
 
+// The product over an inner dimension of 0: Y (rows, out) = 0 + bias (0 without one), or Y += bias when
+// accumulating (unchanged without one), the operations of the row blocks on an empty sum. X and B have no entry to
+// read, and no pointer into them is formed: either may be null.
+template <bool Accumulate, class Scalar>
+void product_over_no_steps(Index rows, Index out, const Scalar* bias, Scalar* Y, Index ldy) {
+  for (Index r = 0; r < rows; ++r) {
+    Scalar* y = Y + r * ldy;  // (out)
+    for (Index o = 0; o < out; ++o) {
+      const Scalar sum = Accumulate ? y[o] : Scalar(0);
+      y[o] = bias != nullptr ? sum + bias[o] : sum;
+    }
+  }
+}
+
 // Y (rows, out) = X (rows, in) B (in, out) + bias, or Y += X B + bias when Accumulate. X rows ldx apart, B rows ldb
-// apart, Y rows ldy apart; bias (out) or null. With in = 0, Y = bias (0 without one), or Y unchanged when
+// apart, Y rows ldy apart; bias (out) or null. With in = 0, Y = bias (0 without one), or Y += bias when
 // accumulating: X and B are then never read, and either may be null.
 // padded: B's rows may be read in whole packets, out rounded up to a multiple of the packet (a padded copy, or out a
 // multiple of the packet); false: B's rows end at `out`, and the last out % packet columns of Y go through one packet
@@ -334,6 +348,10 @@ void panels_times_matrix(bool packs, const Scalar* X, Index ldx, Index rows, Ind
 template <bool Accumulate, class Scalar>
 void rows_times_matrix(const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B, Index ldb, Index out,
                        bool padded, const Scalar* bias, Scalar* Y, Index ldy) {
+  if (in == 0) {
+    product_over_no_steps<Accumulate>(rows, out, bias, Y, ldy);
+    return;
+  }
   const bool packs = rows >= tuning::packed_product_rows && in > 0;
   const double bytes = static_cast<double>(in) * static_cast<double>(out) * sizeof(Scalar);
   if (!packs && bytes <= tuning::product_panel_bytes) {
@@ -357,7 +375,7 @@ void rows_times_matrix_entry(bool accumulate, const Scalar* X, Index ldx, Index 
 // Y (rows, out) = A^T B + bias, or Y += A^T B + bias when accumulate: A (in, rows), rows lda apart, read in place
 // (X = A^T); B (in, out), rows ldb apart, rows ending at `out`; Y rows ldy apart; bias (out) or null. Always through
 // packed panels, whatever the number of rows (the in-place path reads X by rows). The bits of rows_times_matrix on a
-// copy of A^T. With in = 0: Y = bias (0 without one), or unchanged when accumulating.
+// copy of A^T. With in = 0: Y = bias (0 without one), or Y += bias when accumulating.
 template <class Scalar>
 void transposed_times_matrix_entry(bool accumulate, const Scalar* A, Index lda, Index rows, Index in, const Scalar* B,
                                    Index ldb, Index out, const Scalar* bias, Scalar* Y, Index ldy) {
