@@ -11,8 +11,8 @@
 //   ./build/bench/bench_attention --benchmark_filter=Projection
 //
 // One projection Y = X W^T of (rows, in) by (out, in), as the attention modules run it (detail/project_rows.hpp):
-// kept = 0 through Eigen's GEMM, kept = 1 from a kept transposed copy of W (detail/transposed_weight.hpp), its
-// comparison with W on every call included. 2 * rows * in * out FLOPs.
+// kept = 0 reading W^T from W (each panel transposed as the row kernel packs it), kept = 1 from a kept transposed copy
+// of W (detail/transposed_weight.hpp), its comparison with W on every call included. 2 * rows * in * out FLOPs.
 //
 //   ./build/bench/bench_attention --benchmark_filter=RowKernel
 //
@@ -20,6 +20,11 @@
 // B's rows `out` apart, in panels of tuning::product_panel_depth by product_panel_width. packed = 1 as attend runs
 // it (each panel copied into micro-panels from tuning::packed_product_rows rows on), packed = 0 with each panel read
 // in place, as products of fewer rows run, for comparison. Skipped on a CPU without AVX2.
+//
+//   ./build/bench/bench_attention --benchmark_filter='Conv1dWidth|LinearWidth'
+//
+// Conv1d (1, 256, d -> d, k = 3, 'same', with bias) and Linear (1, 256, d -> d, with bias) forward, float, on the
+// level chosen, d from 64 to 1024: how close each width comes to the best. 2 * 256 * k * d^2 and 2 * 256 * d^2 FLOPs.
 #include <attend/attend.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/detail/transposed_weight.hpp>
@@ -62,6 +67,32 @@ void Projection(benchmark::State& state) {
   }
   state.counters["FLOPS"] =
       benchmark::Counter(2.0 * rows * in * out, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Times module.forward(X) on X (1, 256, d); flops_per_call its multiply-adds times 2.
+template <class Module>
+void time_width(benchmark::State& state, const Module& module, attend::Index d, double flops_per_call) {
+  attend::Tensor3<float> X(1, 256, d);  // (1, 256, d)
+  X.setRandom();
+  for (auto _ : state) {
+    attend::Tensor3<float> Y = module.forward(X);  // (1, 256, d)
+    benchmark::DoNotOptimize(Y.data());
+  }
+  state.counters["FLOPS"] = benchmark::Counter(flops_per_call, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void Conv1dWidth(benchmark::State& state) {
+  const attend::Index d = state.range(0), k = 3;
+  attend::Generator generator(3);
+  const attend::Conv1d<float> conv(d, d, k, true, generator);
+  time_width(state, conv, d, 2.0 * 256 * k * d * d);
+}
+
+void LinearWidth(benchmark::State& state) {
+  const attend::Index d = state.range(0);
+  attend::Generator generator(4);
+  const attend::Linear<float> linear(d, d, true, generator);
+  time_width(state, linear, d, 2.0 * 256 * d * d);
 }
 
 template <class Scalar>
@@ -116,6 +147,11 @@ BENCHMARK_TEMPLATE(RowKernel, float)
 BENCHMARK_TEMPLATE(RowKernel, double)
     ->ArgNames({"rows", "in", "out", "packed"})
     ->ArgsProduct({{256}, {256, 1024}, {256}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
+
+BENCHMARK(Conv1dWidth)->ArgName("d")->Arg(64)->Arg(128)->Arg(256)->Arg(384)->Arg(512)->Arg(768)->Arg(1024)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(LinearWidth)->ArgName("d")->Arg(64)->Arg(128)->Arg(256)->Arg(384)->Arg(512)->Arg(768)->Arg(1024)
     ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_TEMPLATE(Projection, float)

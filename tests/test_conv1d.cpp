@@ -172,6 +172,42 @@ TEMPLATE_TEST_CASE("Conv1d agrees with the definition over every block shape of 
   }
 }
 
+TEMPLATE_TEST_CASE("Conv1d agrees with the definition over several panels of channels, forward and backward",
+                   "[conv1d]", float, double) {
+  // Each tap's product runs one panel of the row kernel at a time (tuning::product_panel_depth input channels by
+  // product_panel_width output channels, the taps in turn): 300 input channels (a panel and part of one) and 140
+  // output channels (two panels of floats, three of doubles), over two chunks of steps; the input gradient runs on
+  // the same products with the channels swapped. dX against its definition written as loops,
+  //   dX[b, p, i] = sum_{o, t} W[o, i, t] dY[b, p + left - t, o],   dY outside [0, steps) being 0.
+  const Index k = GENERATE(3, 4);
+  const Index in = 300, out = 140, steps = 260, left = (k - 1) / 2;
+  CAPTURE(k);
+  Generator generator(65);
+  Conv1d<TestType> conv(in, out, k, true, generator);
+  const Tensor3<TestType> X = random_tensor<TestType>(2, steps, in, 66);    // (2, steps, in)
+  const Tensor3<TestType> dY = random_tensor<TestType>(2, steps, out, 67);  // (2, steps, out)
+  // Sums of in * k (or out * k) products of entries within [-1, 1] by weights within 1/sqrt(in * k): abs grows with
+  // the number of terms.
+  const attend_test::Tolerance<TestType> tol{attend_test::tolerance<TestType>().rel,
+                                             attend_test::tolerance<TestType>().abs * static_cast<double>(out * k)};
+  REQUIRE_THAT(conv(X), attend_test::Near(conv_by_definition(X, conv.weight(), conv.bias(), left), tol));
+  const Tensor3<TestType> dX = conv.backward(dY);  // (2, steps, in)
+  Tensor3<double> expected(2, steps, in);         // (2, steps, in)
+  const Tensor3<TestType>& W = conv.weight();     // (out, in, k)
+  for (Index b = 0; b < 2; ++b)
+    for (Index p = 0; p < steps; ++p)
+      for (Index i = 0; i < in; ++i) {
+        double sum = 0;
+        for (Index t = 0; t < k; ++t) {
+          const Index s = p + left - t;
+          if (s < 0 || s >= steps) continue;
+          for (Index o = 0; o < out; ++o) sum += static_cast<double>(W(o, i, t)) * static_cast<double>(dY(b, s, o));
+        }
+        expected(b, p, i) = sum;
+      }
+  REQUIRE_THAT(dX, attend_test::Near(expected, tol));
+}
+
 TEMPLATE_TEST_CASE("Conv1d with a kernel of width 1 is a Linear on the channels", "[conv1d]", float, double) {
   // Conv1d(in, out, 1) and Linear(in, out) draw the same numbers in the same order with the same bound
   // 1/sqrt(in * 1), so from equal seeds they have equal parameters and compute the same function.

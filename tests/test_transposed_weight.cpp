@@ -1,8 +1,8 @@
 // The kept transposed weight (detail/transposed_weight.hpp): Y = X W^T + b from W^T kept between calls, against the
 // definition; the same bits whatever the number of rows per call; never stale when W changes between calls, through
 // MultiHeadAttention's workspace too. And the kernel under it (detail/rows_times_matrix.hpp) in its accumulating mode
-// and over no inner dimension, its form with X given transposed, and the blocked transpose of the tiled kernel's K^T
-// copy (detail/transpose.hpp).
+// and over no inner dimension, its forms with X given transposed and with B read in place in any layout, and the
+// blocked transpose of the tiled kernel's K^T copy (detail/transpose.hpp).
 #include <attend/detail/project_rows.hpp>
 #include <attend/detail/rows_times_matrix.hpp>
 #include <attend/detail/transpose.hpp>
@@ -262,7 +262,59 @@ TEMPLATE_TEST_CASE("transposed_times_matrix gives A^T B + bias, or adds it, with
   REQUIRE(Y == copied);  // bit for bit
 }
 
-TEMPLATE_TEST_CASE("transposed_times_matrix over no inner dimension, or into no rows, reads no operand",
+TEMPLATE_TEST_CASE("strided_times_matrix gives X B + bias, or adds it, reading B in any layout, with the bits of "
+                   "rows_times_matrix on a row-major copy of B", "[transposed_weight]", float, double) {
+  // rows of Y around the row blocks and past tuning::packed_product_rows; in past a panel's depth, out around the
+  // packets and past a panel's width; B stored by rows, by columns (W^T read from W), and as taps of a convolution's
+  // (out, in, 3) weight, forward (strides 3, 3 in) and flipped for the input gradient (strides 3 out, 3).
+  const Index rows = GENERATE(1, 6, 13, 64, 70);
+  const Index in = GENERATE(1, 9, 300);
+  const Index out = GENERATE(3, 16, 33, 130);
+  const int layout = GENERATE(0, 1, 2, 3);
+  const bool accumulate = GENERATE(true, false);
+  CAPTURE(rows, in, out, layout, accumulate);
+  const Index offsets[] = {0, 0, 1, 2};
+  const Index row_strides[] = {out + 2, 1, 3, 3 * out};
+  const Index column_strides[] = {1, in + 1, 3 * in, 3};
+  const Index offset = offsets[layout], row_stride = row_strides[layout], column_stride = column_strides[layout];
+  const Index stored = offset + (in - 1) * row_stride + (out - 1) * column_stride + 1;
+  const Matrix<TestType> storage = random_matrix<TestType>(1, stored, 31);       // (1, stored): B's entries within
+  const Matrix<TestType> X = random_matrix<TestType>(rows, in + 2, 32);          // (rows, in + 2): columns past in unused
+  const Matrix<TestType> Y0 = random_matrix<TestType>(rows, out, 33);            // (rows, out)
+  const Vector<TestType> bias = random_matrix<TestType>(1, out, 34).transpose();  // (out)
+  Matrix<TestType> B(in, out);                                                    // (in, out), row-major
+  for (Index k = 0; k < in; ++k)
+    for (Index o = 0; o < out; ++o) B(k, o) = storage(0, offset + k * row_stride + o * column_stride);
+  const attend::detail::StridedMatrix<TestType> strided{storage.data() + offset, row_stride, column_stride};
+  Matrix<TestType> Y = Y0;       // (rows, out)
+  Matrix<TestType> copied = Y0;  // (rows, out): the same from the row-major copy of B
+  if (accumulate) {
+    attend::detail::strided_times_matrix<true, TestType>(X.data(), in + 2, rows, in, strided, out, bias.data(),
+                                                         Y.data(), out);
+    attend::detail::rows_times_matrix<true, TestType>(X.data(), in + 2, rows, in, B.data(), out, out, false,
+                                                      bias.data(), copied.data(), out);
+  } else {
+    attend::detail::strided_times_matrix<false, TestType>(X.data(), in + 2, rows, in, strided, out, bias.data(),
+                                                          Y.data(), out);
+    attend::detail::rows_times_matrix<false, TestType>(X.data(), in + 2, rows, in, B.data(), out, out, false,
+                                                       bias.data(), copied.data(), out);
+  }
+  Matrix<double> expected(rows, out);  // (rows, out): (Y0 +) X B + bias, by definition
+  for (Index r = 0; r < rows; ++r)
+    for (Index o = 0; o < out; ++o) {
+      double sum = static_cast<double>(bias(o)) + (accumulate ? static_cast<double>(Y0(r, o)) : 0.0);
+      for (Index k = 0; k < in; ++k) sum += static_cast<double>(X(r, k)) * static_cast<double>(B(k, o));
+      expected(r, o) = sum;
+    }
+  // A sum of `in` rounded products, each entry of X and B in [-1, 1]: abs grows with in.
+  const attend_test::Tolerance<TestType> tol{attend_test::tolerance<TestType>().rel,
+                                             attend_test::tolerance<TestType>().abs * static_cast<double>(in)};
+  REQUIRE_THAT(Y, attend_test::Near(expected, tol));
+  REQUIRE(Y == copied);  // bit for bit
+}
+
+TEMPLATE_TEST_CASE("transposed_times_matrix and strided_times_matrix over no inner dimension, or into no rows, read "
+                   "no operand",
                    "[transposed_weight]", float, double) {
   const Index out = GENERATE(3, 33);
   CAPTURE(out);
@@ -275,6 +327,13 @@ TEMPLATE_TEST_CASE("transposed_times_matrix over no inner dimension, or into no 
                                                            out);
   REQUIRE(Y == bias.transpose().replicate(7, 1));
   attend::detail::transposed_times_matrix<false, TestType>(nullptr, 7, 0, 5, nullptr, out, out, nullptr, nullptr, out);
+  const attend::detail::StridedMatrix<TestType> none{nullptr, 3, 3 * out};
+  Y = Y0;
+  attend::detail::strided_times_matrix<true, TestType>(nullptr, 7, 7, 0, none, out, nullptr, Y.data(), out);
+  REQUIRE(Y == Y0);
+  attend::detail::strided_times_matrix<false, TestType>(nullptr, 7, 7, 0, none, out, bias.data(), Y.data(), out);
+  REQUIRE(Y == bias.transpose().replicate(7, 1));
+  attend::detail::strided_times_matrix<false, TestType>(nullptr, 7, 0, 5, none, out, nullptr, nullptr, out);
 }
 
 TEMPLATE_TEST_CASE("transpose_into copies A^T into B, and nothing else", "[transposed_weight]", float, double) {

@@ -10,13 +10,14 @@
 // goes on the right (left 1, right 2 for kernel_size 4). Like PyTorch this is a cross-correlation: the kernel is
 // not flipped.
 //
-// The forward pass is one matrix product with no im2col buffer: the receptive field of output step s is kernel_size
-// consecutive steps, so kernel_size * in_channels consecutive values of X; those rows overlap, one step apart, and the
-// product reads them in place with that row stride (only the chunks of steps at either end of a batch row, whose
-// fields reach past it, read a copy with zero steps around it). W is reordered to match, transposed
-// (row t * in_channels + i holding W[o, i, t] in column o), and the product is attend's row kernel
-// (detail/kernels/products-inl.hpp) on the active level, which reads it in place, unpacked, in panels that stay in
-// L2. Extra memory: the reordered W, and per thread the copy of at most one chunk.
+// The forward pass is kernel_size matrix products with no im2col buffer: the receptive field of output step s is
+// kernel_size consecutive steps, and tap t's product multiplies the steps t - left after each output step,
+// (steps, in_channels) rows of X read in place, by W[:, :, t]^T, the taps added in order into Y. Only the chunks of
+// steps at either end of a batch row, whose fields reach past it, read a copy with zero steps around it. W is first
+// copied with its last two axes swapped, (out, kernel_size * in_channels), so that each tap has unit stride along the
+// input channels; the products are attend's row kernel (detail/kernels/products-inl.hpp) on the active level, which
+// packs each panel of a tap, transposed through registers, as it goes. Extra memory: that copy of W, and per thread
+// the copy of at most one chunk.
 //
 // Initialised as PyTorch does: W, then bias, uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)) with
 // fan_in = in_channels * kernel_size; W is drawn in its row-major order (o, i, t). state_dict() uses nn.Conv1d's
@@ -27,8 +28,8 @@
 //
 //   dX[b, p, i] = sum_{o, t} W[o, i, t] dY[b, p + left - t, o]          dY outside [0, steps) is 0
 //
-// so it runs on the forward pass's product, with a kernel matrix whose row u * out_channels + o holds
-// W[o, i, k - 1 - u] in column i. The weight's gradient, dW[o, i, t] = sum_{b, s} dY[b, s, o] X[b, s + t - left, i],
+// so it runs on the forward pass's products, tap u being W[:, :, k - 1 - u] (out_channels, in_channels), read from
+// the same copy of W. The weight's gradient, dW[o, i, t] = sum_{b, s} dY[b, s, o] X[b, s + t - left, i],
 // is per batch row dY transposed times the windows of X (read in place from a copy with the zero steps around it),
 // added over the batch rows in order (detail/products.hpp); the bias's is the column sums of dY. forward() const
 // keeps nothing.
@@ -97,7 +98,7 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
     require_parameters("Conv1d");
     detail::require_dim(X, 2, in_channels_, "Conv1d", "X", "features (in_channels)");
     Tensor3<Scalar> Y(X.dimension(0), X.dimension(1), out_channels_);  // (batch, steps, out)
-    correlate(X, output_kernel(), left_padding(), has_bias_ ? bias_.data() : nullptr, Y);
+    correlate(X, [this](Index t) { return output_tap(t); }, left_padding(), has_bias_ ? bias_.data() : nullptr, Y);
     return Y;
   }
 
@@ -114,7 +115,7 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
     const Index batch = X.dimension(0), steps = X.dimension(1);
     detail::require_shape(dY, {batch, steps, out_channels_}, where, "grad_output", "(batch, steps, out_channels)");
     Tensor3<Scalar> dX(batch, steps, in_channels_);  // (batch, steps, in_channels)
-    correlate(dY, input_kernel(), right_padding(), nullptr, dX);
+    correlate(dY, [this](Index u) { return input_tap(u); }, right_padding(), nullptr, dX);
     // This call's gradients, then added, as PyTorch adds a new gradient to .grad.
     const Tensor3<Scalar> dW = weight_gradient(X, dY);  // (out_channels, in_channels, kernel_size)
     weight_grad_ += dW;
@@ -167,53 +168,34 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
     if (self.has_bias_) visit("bias", self.bias_, self.bias_grad_, std::vector<Index>{self.out_channels_});
   }
 
-  // The forward pass's kernel matrix: W with its last two axes swapped, transposed, (k * in, out): row t * in + i
-  // holds W[o, i, t] in column o; its rows padded with zeros to whole packets, for the row kernel.
-  Matrix<Scalar> output_kernel() const {
-    const Index in = in_channels_, out = out_channels_, k = kernel_size_;
-    const Index padded_out = detail::padded_to_packets<Scalar>(out);
-    Matrix<Scalar> B(k * in, padded_out);  // (k * in, out rounded up to whole packets)
-    B.rightCols(padded_out - out).setZero();
-    // Sixteen output channels at a time, so that the writes go to contiguous runs of a row of B and the reads to
-    // sixteen rows of W, not to a new row of B (and a new page, with d over 1000) for every element.
-    constexpr Index run = 16;
-    for (Index o0 = 0; o0 < out; o0 += run) {
-      const Index o1 = std::min(o0 + run, out);
-      for (Index i = 0; i < in; ++i)
-        for (Index t = 0; t < k; ++t) {
-          Scalar* row = B.data() + (t * in + i) * padded_out;  // row t * in + i of B
-          for (Index o = o0; o < o1; ++o) row[o] = weight_(o, i, t);
-        }
-    }
-    return B;
+  // Tap t of the forward pass's kernel, read in place from W (out, in, k): the (in, out) matrix W[:, :, t]^T, its
+  // entry (i, o) at W[o * in * k + i * k + t].
+  detail::StridedMatrix<Scalar> output_tap(Index t) const {
+    return {weight_.data() + t, kernel_size_, in_channels_ * kernel_size_};
   }
 
-  // The input gradient's kernel matrix: W flipped in time, its channels swapped, (k * out, in): row u * out + o
-  // holds W[o, i, k - 1 - u] in column i; its rows padded with zeros to whole packets. W is read in its own order,
-  // each element written to the row of its tap.
-  Matrix<Scalar> input_kernel() const {
-    const Index in = in_channels_, out = out_channels_, k = kernel_size_;
-    const Index padded_in = detail::padded_to_packets<Scalar>(in);
-    Matrix<Scalar> B(k * out, padded_in);  // (k * out, in rounded up to whole packets)
-    B.rightCols(padded_in - in).setZero();
-    for (Index o = 0; o < out; ++o)
-      for (Index i = 0; i < in; ++i)
-        for (Index t = 0; t < k; ++t) B((k - 1 - t) * out + o, i) = weight_(o, i, t);
-    return B;
+  // Tap u of the input gradient's kernel, W flipped in time with its channels swapped: the (out, in) matrix
+  // W[:, :, k - 1 - u], its entry (o, i) at W[o * in * k + i * k + k - 1 - u].
+  detail::StridedMatrix<Scalar> input_tap(Index u) const {
+    return {weight_.data() + (kernel_size_ - 1 - u), in_channels_ * kernel_size_, kernel_size_};
   }
 
-  // Y (batch, steps, n) = the 'same' correlation of X (batch, steps, m) with a kernel matrix B (k * m, n rounded up
-  // to whole packets; row t * m + j: tap t from channel j), plus bias (n values, or null). Output step s of batch
-  // row b reads that row's steps s - left .. s - left + k - 1, zero outside it: k * m consecutive values of X, a row
-  // of a view whose rows overlap (one step, m values, apart). One product per chunk of steps with B, reading X in
-  // place; a chunk at either end of a batch row (at most two per row), whose windows reach past it, reads a copy of
-  // its steps with the zero rows around them, in a buffer of its thread.
-  void correlate(const Tensor3<Scalar>& X, const Matrix<Scalar>& B, Index left, const Scalar* bias,
-                 Tensor3<Scalar>& Y) const {
+  // Y (batch, steps, n) = the 'same' correlation of X (batch, steps, m) with k taps, tap(t) the (m, n) matrix that
+  // multiplies the steps t - left after each output step, plus bias (n values, or null). Output step s of batch row b
+  // reads that row's steps s - left .. s - left + k - 1, zero outside it. One product per tap and chunk of steps,
+  // reading X and the taps in place (the taps' sum in order t = 0 .. k - 1, the bias with the last: the chain of one
+  // product over the k * m values of a window); a chunk at either end of a batch row (at most two per row), whose
+  // windows reach past it, reads a copy of its steps with the zero rows around them, in a buffer of its thread.
+  template <class Tap>
+  void correlate(const Tensor3<Scalar>& X, const Tap& tap, Index left, const Scalar* bias, Tensor3<Scalar>& Y) const {
     const Index batch = X.dimension(0), steps = X.dimension(1), m = X.dimension(2), n = Y.dimension(2);
-    const Index k = kernel_size_, width = m * k;
+    const Index k = kernel_size_;
+    // One panel of each tap at a time, the k taps in turn: the part of W they read (panel_width output channels by
+    // panel_depth input channels by k) is read from memory once and stays in L2 from one tap to the next.
+    constexpr Index panel_width = detail::tuning::product_panel_width<Scalar>;
+    constexpr Index panel_depth = detail::tuning::product_panel_depth<Scalar>;
     const Index chunks = (steps + detail::rows_per_chunk - 1) / detail::rows_per_chunk;  // per batch row
-    const double per_row = static_cast<double>(width) * static_cast<double>(n);
+    const double per_row = static_cast<double>(m * k) * static_cast<double>(n);
     // A chunk's copy for each thread, allocated here: no allocation inside the parallel region.
     const Index edge_rows = k > 1 && steps > 0 ? std::min(steps, detail::rows_per_chunk) + k - 1 : 0;
     std::vector<Matrix<Scalar>> edges(static_cast<std::size_t>(num_threads()), Matrix<Scalar>(edge_rows, m));
@@ -224,7 +206,7 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
       const Index b = item / chunks, s0 = item % chunks * detail::rows_per_chunk;
       const Index rows = std::min(detail::rows_per_chunk, steps - s0);
       const Index first = s0 - left, end = first + rows + k - 1;  // the steps the windows read: [first, end)
-      const Scalar* windows;  // (rows, k * m), rows m apart
+      const Scalar* windows;  // (rows + k - 1, m): steps [first, end)
       if (first >= 0 && end <= steps) {
         windows = X.data() + (b * steps + first) * m;
       } else {
@@ -235,7 +217,20 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
         windows = edge.data();
       }
       Scalar* Yc = Y.data() + (b * steps + s0) * n;  // (rows, n)
-      kernel.rows_times_matrix(false, windows, m, rows, width, B.data(), B.cols(), n, true, bias, Yc, n);
+      for (Index o0 = 0; o0 < n; o0 += panel_width) {
+        const Index width = std::min(panel_width, n - o0);
+        for (Index i0 = 0; i0 < m; i0 += panel_depth) {
+          const Index depth = std::min(panel_depth, m - i0);
+          for (Index t = 0; t < k; ++t) {
+            const detail::StridedMatrix<Scalar> B = tap(t);  // (m, n)
+            const bool last = i0 + depth == m && t == k - 1;
+            kernel.strided_times_matrix(i0 > 0 || t > 0, windows + t * m + i0, m, rows, depth,
+                                        B.data + i0 * B.row_stride + o0 * B.column_stride, B.row_stride,
+                                        B.column_stride, width, last && bias != nullptr ? bias + o0 : nullptr,
+                                        Yc + o0, n);
+          }
+        }
+      }
     });
   }
 

@@ -94,6 +94,11 @@ struct Kernels {
   // Y (rows, out) (+)= A^T B + bias, A (in, rows) read in place: transposed_times_matrix_entry
   void (*transposed_times_matrix)(bool accumulate, const Scalar* A, Index lda, Index rows, Index in, const Scalar* B,
                                   Index ldb, Index out, const Scalar* bias, Scalar* Y, Index ldy);
+  // Y (rows, out) (+)= X B + bias, B's entry (k, o) at B[k * row_stride + o * column_stride]:
+  // strided_times_matrix_entry
+  void (*strided_times_matrix)(bool accumulate, const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B,
+                               Index row_stride, Index column_stride, Index out, const Scalar* bias, Scalar* Y,
+                               Index ldy);
   // B (cols, rows) = A (rows, cols)^T
   void (*transpose_into)(const Scalar* A, Index lda, Index rows, Index cols, Scalar* B, Index ldb);
   Scalar (*row_max)(const Scalar* row, Index n);
@@ -117,7 +122,8 @@ struct Kernels {
 #define ATTEND_KERNELS_OF(level, few_rows)                                                                            \
   Kernels<Scalar> {                                                                                                   \
     Isa::level, level::Simd<Scalar>::size, &level::rows_times_matrix_entry<Scalar>,                                  \
-        &level::transposed_times_matrix_entry<Scalar>, &level::transpose_into<Scalar>,                                \
+        &level::transposed_times_matrix_entry<Scalar>, &level::strided_times_matrix_entry<Scalar>,                    \
+        &level::transpose_into<Scalar>,                                                                               \
         &level::row_max<Scalar>, &level::exp_shifted<Scalar>, &level::softmax_gradient_row<Scalar>,                  \
         &level::masked_softmax_row<Scalar>,                                                                           \
         &level::masked_softmax_block<Scalar>, &level::flash_attention_block<Scalar>, &level::tiny_scores<Scalar>,     \

@@ -2,7 +2,7 @@
 //
 // Each projection multiplies on the row kernel of the active level (detail/kernels/products-inl.hpp) from W^T: the
 // copy kept in a TransposedWeight (detail/transposed_weight.hpp) when the caller has one, so that W is transposed only
-// when it changes; otherwise a copy made for the call. The row kernel is compiled for each instruction-set level and
+// when it changes; otherwise W^T read from W, each panel transposed into the kernel's packed panels as it goes. The row kernel is compiled for each instruction-set level and
 // chosen at run time, so it runs at one speed whatever the flags the program was built with (a GEMM of Eigen's is
 // compiled for those flags). Rows go in fixed chunks of tuning::rows_per_chunk: the chunks do not depend on the number of
 // threads, so neither does any output element's summation order: with OpenMP the chunks are shared among the threads,
@@ -22,7 +22,6 @@
 
 #include <algorithm>
 #include <initializer_list>
-#include <vector>
 
 namespace attend {
 inline namespace ATTEND_ABI {
@@ -67,29 +66,25 @@ void project_rows(const Eigen::Ref<const Matrix<Scalar>>& X, std::initializer_li
       kernel.few_rows_projection(X.data(), X.outerStride(), rows, in, p.W, p.out, p.bias, p.Y, p.y_stride);
     return;
   }
-  // W^T of each projection: its kept copy, refreshed, or one made here. May allocate: before the parallel region.
-  std::vector<TransposedWeight<Scalar>> made;
-  made.reserve(projections.size());
-  std::vector<const TransposedWeight<Scalar>*> transposed;
+  // Each kept W^T refreshed. May allocate: before the parallel region.
   double width = 0;  // the sum of the projections' out
   for (const Projection<Scalar>& p : projections) {
     width += static_cast<double>(p.out);
-    if (p.kept != nullptr) {
-      p.kept->refresh(p.W, p.out, in);
-      transposed.push_back(p.kept);
-    } else {
-      made.emplace_back().transpose_only(p.W, p.out, in);
-      transposed.push_back(&made.back());
-    }
+    if (p.kept != nullptr) p.kept->refresh(p.W, p.out, in);
   }
   const Index chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
   parallel_for(chunks, static_cast<double>(rows) * static_cast<double>(in) * width, [&](Index c, int) {
     const Index r0 = c * rows_per_chunk, n = std::min(rows_per_chunk, rows - r0);
-    std::size_t t = 0;
+    const Scalar* X_r0 = X.data() + r0 * X.outerStride();  // (n, in)
     for (const Projection<Scalar>& p : projections) {
-      const Matrix<Scalar>& Wt = transposed[t++]->transposed();  // (in, padded out)
-      kernel.rows_times_matrix(false, X.data() + r0 * X.outerStride(), X.outerStride(), n, in, Wt.data(), Wt.cols(),
-                               p.out, true, p.bias, p.Y + r0 * p.y_stride, p.y_stride);
+      if (p.kept != nullptr) {
+        const Matrix<Scalar>& Wt = p.kept->transposed();  // (in, padded out)
+        kernel.rows_times_matrix(false, X_r0, X.outerStride(), n, in, Wt.data(), Wt.cols(), p.out, true, p.bias,
+                                 p.Y + r0 * p.y_stride, p.y_stride);
+      } else {  // W^T read from W: its entry (k, o) at W[o * in + k]
+        kernel.strided_times_matrix(false, X_r0, X.outerStride(), n, in, p.W, 1, in, p.out, p.bias,
+                                    p.Y + r0 * p.y_stride, p.y_stride);
+      }
     }
   });
 }

@@ -196,20 +196,41 @@ constexpr Index micro_panel_width(Index present) {
   return (present + Simd<Scalar>::size - 1) / Simd<Scalar>::size * Simd<Scalar>::size;
 }
 
-// Micro-panels of B's (steps, columns) panel, rows ldb apart, into `packed`: each of packed_width columns but the
-// last, which has the columns left rounded up to whole packets; each (steps, its width), contiguous, zero past
-// `columns`. Reads only B's first `columns` columns.
+// B (cols, rows) = A (rows, cols)^T. A's rows lda apart, B's ldb apart; the two may not overlap. Exact (a copy):
+// tile x tile blocks through registers (Simd::transpose_tile), the edges by scalars.
 template <class Scalar>
-void pack_panel(const Scalar* B, Index ldb, Index steps, Index columns, Scalar* packed) {
+void transpose_into(const Scalar* A, Index lda, Index rows, Index cols, Scalar* B, Index ldb) {
+  constexpr Index T = Simd<Scalar>::tile;
+  const Index block_rows = rows / T * T, block_cols = cols / T * T;
+  for (Index i = 0; i < block_rows; i += T)
+    for (Index j = 0; j < block_cols; j += T) Simd<Scalar>::transpose_tile(A + i * lda + j, lda, B + j * ldb + i, ldb);
+  for (Index i = 0; i < rows; ++i)  // the edges: columns past the blocks, then rows past them
+    for (Index j = i < block_rows ? block_cols : 0; j < cols; ++j) B[j * ldb + i] = A[i * lda + j];
+}
+
+// Micro-panels of B's (steps, columns) panel, its entry (k, o) at B[k * ldb + o * column_stride], into `packed`:
+// each of packed_width columns but the last, which has the columns left rounded up to whole packets; each
+// (steps, its width), contiguous, zero past `columns`. Reads only B's first `columns` columns. A B stored by rows
+// (column_stride 1) is copied a row at a time, one stored by columns (ldb 1: W^T read from W) transposed through
+// registers (transpose_into); any other layout element by element, along the smaller stride.
+template <class Scalar>
+void pack_panel(const Scalar* B, Index ldb, Index column_stride, Index steps, Index columns, Scalar* packed) {
   for (Index j0 = 0; j0 < columns; j0 += packed_width<Scalar>) {
     const Index present = std::min(packed_width<Scalar>, columns - j0);
     const Index width = micro_panel_width<Scalar>(present);
-    for (Index k = 0; k < steps; ++k) {
-      const Scalar* from = B + k * ldb + j0;
-      Scalar* to = packed + k * width;
-      std::copy(from, from + present, to);
-      std::fill(to + present, to + width, Scalar(0));
+    const Scalar* B_j0 = B + j0 * column_stride;
+    if (column_stride == 1) {
+      for (Index k = 0; k < steps; ++k) std::copy(B_j0 + k * ldb, B_j0 + k * ldb + present, packed + k * width);
+    } else if (ldb == 1) {
+      transpose_into(B_j0, column_stride, present, steps, packed, width);
+    } else if (column_stride < ldb) {
+      for (Index k = 0; k < steps; ++k)
+        for (Index o = 0; o < present; ++o) packed[k * width + o] = B_j0[k * ldb + o * column_stride];
+    } else {
+      for (Index o = 0; o < present; ++o)
+        for (Index k = 0; k < steps; ++k) packed[k * width + o] = B_j0[k * ldb + o * column_stride];
     }
+    for (Index k = 0; k < steps; ++k) std::fill(packed + k * width + present, packed + (k + 1) * width, Scalar(0));
     packed += steps * width;
   }
 }
@@ -287,13 +308,14 @@ Scalar* packed_panel_buffer() {
 }
 
 // Y (rows, out) (+)= X (rows, in) B (in, out) + bias over panels of B of at most product_panel_depth rows by
-// product_panel_width columns, X's entries at x_entry<Transposed>: each panel packed first (packs), then every row of
-// X passes over it; or, not Transposed, read in place. The depth slices of a panel in order, the bias with the last,
-// so each element's chain is that of one pass.
+// product_panel_width columns, X's entries at x_entry<Transposed>, B's entry (k, o) at B[k * ldb + o * column_stride]:
+// each panel packed first (packs), then every row of X passes over it; or, X not Transposed and B stored by rows
+// (column_stride 1), read in place. The depth slices of a panel in order, the bias with the last, so each element's
+// chain is that of one pass.
 template <bool Accumulate, bool Transposed, class Scalar>
 void panels_times_matrix(bool packs, const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B, Index ldb,
-                         Index out, bool padded, const Scalar* bias, Scalar* Y, Index ldy) {
-  eigen_assert(packs || !Transposed);  // the in-place path reads X by rows
+                         Index column_stride, Index out, bool padded, const Scalar* bias, Scalar* Y, Index ldy) {
+  eigen_assert(packs || (!Transposed && column_stride == 1));  // the in-place path reads X and B by rows
   constexpr Index depth = tuning::product_panel_depth<Scalar>, width = tuning::product_panel_width<Scalar>;
   Scalar* packed = packs ? packed_panel_buffer<Scalar>() : nullptr;
   for (Index o0 = 0; o0 < out; o0 += width) {
@@ -301,11 +323,11 @@ void panels_times_matrix(bool packs, const Scalar* X, Index ldx, Index rows, Ind
     for (Index k0 = 0; k0 < in; k0 += depth) {
       const Index steps = std::min(depth, in - k0);
       const Scalar* panel_bias = k0 + steps == in && bias != nullptr ? bias + o0 : nullptr;
-      const Scalar* panel = B + k0 * ldb + o0;  // (steps, columns), rows ldb apart
+      const Scalar* panel = B + k0 * ldb + o0 * column_stride;  // (steps, columns)
       const Scalar* X_k0 = x_entry<Transposed>(X, ldx, 0, k0);
       const bool accumulate = Accumulate || k0 > 0;
       if (packs) {
-        pack_panel(panel, ldb, steps, columns, packed);
+        pack_panel(panel, ldb, column_stride, steps, columns, packed);
         if (accumulate) {
           packed_times_panel<true, Transposed>(X_k0, ldx, rows, steps, packed, columns, panel_bias, Y + o0, ldy);
         } else {
@@ -358,7 +380,7 @@ void rows_times_matrix(const Scalar* X, Index ldx, Index rows, Index in, const S
     rows_times_panel<Accumulate>(X, ldx, rows, in, B, ldb, out, padded, bias, Y, ldy);
     return;
   }
-  panels_times_matrix<Accumulate, false>(packs, X, ldx, rows, in, B, ldb, out, padded, bias, Y, ldy);
+  panels_times_matrix<Accumulate, false>(packs, X, ldx, rows, in, B, ldb, 1, out, padded, bias, Y, ldy);
 }
 
 // The same with `accumulate` a run-time flag: the form the dispatch table holds.
@@ -383,20 +405,28 @@ void transposed_times_matrix_entry(bool accumulate, const Scalar* A, Index lda, 
   if (in == 0) {
     rows_times_matrix_entry(accumulate, A, lda, rows, in, B, ldb, out, false, bias, Y, ldy);
   } else if (accumulate) {
-    panels_times_matrix<true, true>(true, A, lda, rows, in, B, ldb, out, false, bias, Y, ldy);
+    panels_times_matrix<true, true>(true, A, lda, rows, in, B, ldb, 1, out, false, bias, Y, ldy);
   } else {
-    panels_times_matrix<false, true>(true, A, lda, rows, in, B, ldb, out, false, bias, Y, ldy);
+    panels_times_matrix<false, true>(true, A, lda, rows, in, B, ldb, 1, out, false, bias, Y, ldy);
   }
 }
 
-// B (cols, rows) = A (rows, cols)^T. A's rows lda apart, B's ldb apart; the two may not overlap. Exact (a copy):
-// tile x tile blocks through registers (Simd::transpose_tile), the edges by scalars.
+// Y (rows, out) = X B + bias, or Y += X B + bias when accumulate, with B's entry (k, o) at
+// B[k * row_stride + o * column_stride]: a matrix read in place in any layout (W^T from W; a tap of Conv1d's
+// (out, in, k) weight, strides k and in * k), never copied whole. X rows ldx apart, Y rows ldy apart; bias (out) or
+// null. Always through packed panels; the bits of rows_times_matrix on a row-major copy of B. With in = 0: Y = bias
+// (0 without one), or Y += bias when accumulating.
 template <class Scalar>
-void transpose_into(const Scalar* A, Index lda, Index rows, Index cols, Scalar* B, Index ldb) {
-  constexpr Index T = Simd<Scalar>::tile;
-  const Index block_rows = rows / T * T, block_cols = cols / T * T;
-  for (Index i = 0; i < block_rows; i += T)
-    for (Index j = 0; j < block_cols; j += T) Simd<Scalar>::transpose_tile(A + i * lda + j, lda, B + j * ldb + i, ldb);
-  for (Index i = 0; i < rows; ++i)  // the edges: columns past the blocks, then rows past them
-    for (Index j = i < block_rows ? block_cols : 0; j < cols; ++j) B[j * ldb + i] = A[i * lda + j];
+void strided_times_matrix_entry(bool accumulate, const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B,
+                                Index row_stride, Index column_stride, Index out, const Scalar* bias, Scalar* Y,
+                                Index ldy) {
+  if (rows == 0) return;
+  if (in == 0) {
+    rows_times_matrix_entry(accumulate, X, ldx, rows, in, B, row_stride, out, false, bias, Y, ldy);
+  } else if (accumulate) {
+    panels_times_matrix<true, false>(true, X, ldx, rows, in, B, row_stride, column_stride, out, false, bias, Y, ldy);
+  } else {
+    panels_times_matrix<false, false>(true, X, ldx, rows, in, B, row_stride, column_stride, out, false, bias, Y, ldy);
+  }
 }
+
