@@ -10,14 +10,14 @@
 // goes on the right (left 1, right 2 for kernel_size 4). Like PyTorch this is a cross-correlation: the kernel is
 // not flipped.
 //
-// The forward pass is kernel_size matrix products with no im2col buffer: the receptive field of output step s is
-// kernel_size consecutive steps, and tap t's product multiplies the steps t - left after each output step,
-// (steps, in_channels) rows of X read in place, by W[:, :, t]^T, the taps added in order into Y. Only the chunks of
-// steps at either end of a batch row, whose fields reach past it, read a copy with zero steps around it. W is first
-// copied with its last two axes swapped, (out, kernel_size * in_channels), so that each tap has unit stride along the
-// input channels; the products are attend's row kernel (detail/kernels/products-inl.hpp) on the active level, which
-// packs each panel of a tap, transposed through registers, as it goes. Extra memory: that copy of W, and per thread
-// the copy of at most one chunk.
+// The forward pass is kernel_size matrix products with no im2col buffer and no copy of W: the receptive field of
+// output step s is kernel_size consecutive steps, and tap t's product multiplies the steps t - left after each output
+// step, (steps, in_channels) rows of X read in place, by W[:, :, t]^T read in place from W (strides kernel_size and
+// in_channels * kernel_size), the taps added into Y. Only the chunks of steps at either end of a batch row, whose
+// fields reach past it, read a copy with zero steps around it. The products are attend's row kernel
+// (detail/kernels/products-inl.hpp) on the active level, which packs each panel of a tap from W as it goes, one panel
+// of every tap in turn, so that the part of W they share is read from memory once. Extra memory: per thread the copy
+// of at most one chunk.
 //
 // Initialised as PyTorch does: W, then bias, uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)) with
 // fan_in = in_channels * kernel_size; W is drawn in its row-major order (o, i, t). state_dict() uses nn.Conv1d's
@@ -28,8 +28,8 @@
 //
 //   dX[b, p, i] = sum_{o, t} W[o, i, t] dY[b, p + left - t, o]          dY outside [0, steps) is 0
 //
-// so it runs on the forward pass's products, tap u being W[:, :, k - 1 - u] (out_channels, in_channels), read from
-// the same copy of W. The weight's gradient, dW[o, i, t] = sum_{b, s} dY[b, s, o] X[b, s + t - left, i],
+// so it runs on the forward pass's products, tap u being W[:, :, k - 1 - u] (out_channels, in_channels), read in
+// place from W. The weight's gradient, dW[o, i, t] = sum_{b, s} dY[b, s, o] X[b, s + t - left, i],
 // is per batch row dY transposed times the windows of X (read in place from a copy with the zero steps around it),
 // added over the batch rows in order (detail/products.hpp); the bias's is the column sums of dY. forward() const
 // keeps nothing.
@@ -182,10 +182,11 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
 
   // Y (batch, steps, n) = the 'same' correlation of X (batch, steps, m) with k taps, tap(t) the (m, n) matrix that
   // multiplies the steps t - left after each output step, plus bias (n values, or null). Output step s of batch row b
-  // reads that row's steps s - left .. s - left + k - 1, zero outside it. One product per tap and chunk of steps,
-  // reading X and the taps in place (the taps' sum in order t = 0 .. k - 1, the bias with the last: the chain of one
-  // product over the k * m values of a window); a chunk at either end of a batch row (at most two per row), whose
-  // windows reach past it, reads a copy of its steps with the zero rows around them, in a buffer of its thread.
+  // reads that row's steps s - left .. s - left + k - 1, zero outside it. Per chunk of steps, one product per panel of
+  // each tap, reading X and the taps in place: each output's sum runs over the panels of input channels in order,
+  // within each over the taps in order, the bias last, an order fixed by the shape. A chunk at either end of a batch
+  // row (at most two per row), whose windows reach past it, reads a copy of its steps with the zero rows around them,
+  // in a buffer of its thread.
   template <class Tap>
   void correlate(const Tensor3<Scalar>& X, const Tap& tap, Index left, const Scalar* bias, Tensor3<Scalar>& Y) const {
     const Index batch = X.dimension(0), steps = X.dimension(1), m = X.dimension(2), n = Y.dimension(2);

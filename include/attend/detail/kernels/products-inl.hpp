@@ -216,7 +216,6 @@ void transpose_into(const Scalar* A, Index lda, Index rows, Index cols, Scalar* 
 // blocks of steps, so that the part of the micro-panel being written stays in L1).
 template <class Scalar>
 void pack_panel(const Scalar* B, Index ldb, Index column_stride, Index steps, Index columns, Scalar* packed) {
-  constexpr Index pack_block_steps = 64;  // 64 rows of a micro-panel: at most 16 KiB
   for (Index j0 = 0; j0 < columns; j0 += packed_width<Scalar>) {
     const Index present = std::min(packed_width<Scalar>, columns - j0);
     const Index width = micro_panel_width<Scalar>(present);
@@ -228,9 +227,9 @@ void pack_panel(const Scalar* B, Index ldb, Index column_stride, Index steps, In
     } else if (column_stride < ldb) {
       for (Index k = 0; k < steps; ++k)
         for (Index o = 0; o < present; ++o) packed[k * width + o] = B_j0[k * ldb + o * column_stride];
-    } else {  // a column at a time, down pack_block_steps steps: the block written stays in L1
-      for (Index k0 = 0; k0 < steps; k0 += pack_block_steps) {
-        const Index k1 = std::min(k0 + pack_block_steps, steps);
+    } else {  // a column at a time, down tuning::pack_block_steps steps: the block written stays in L1
+      for (Index k0 = 0; k0 < steps; k0 += tuning::pack_block_steps) {
+        const Index k1 = std::min(k0 + tuning::pack_block_steps, steps);
         for (Index o = 0; o < present; ++o)
           for (Index k = k0; k < k1; ++k) packed[k * width + o] = B_j0[k * ldb + o * column_stride];
       }
