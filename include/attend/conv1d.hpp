@@ -13,11 +13,11 @@
 // The forward pass is kernel_size matrix products with no im2col buffer and no copy of W: the receptive field of
 // output step s is kernel_size consecutive steps, and tap t's product multiplies the steps t - left after each output
 // step, (steps, in_channels) rows of X read in place, by W[:, :, t]^T read in place from W (strides kernel_size and
-// in_channels * kernel_size), the taps added into Y. Only the chunks of steps at either end of a batch row, whose
-// fields reach past it, read a copy with zero steps around it. The products are attend's row kernel
+// in_channels * kernel_size), the taps added into Y; near either end of a batch row a tap skips the output steps whose
+// field it would reach past the row by (its product there is with zeros). The products are attend's row kernel
 // (detail/kernels/products-inl.hpp) on the active level, which packs each panel of a tap from W as it goes, one panel
-// of every tap in turn, so that the part of W they share is read from memory once. Extra memory: per thread the copy
-// of at most one chunk.
+// of every tap in turn, so that the part of W they share is read from memory once. No extra memory but the kernel's
+// packed panel.
 //
 // Initialised as PyTorch does: W, then bias, uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)) with
 // fan_in = in_channels * kernel_size; W is drawn in its row-major order (o, i, t). state_dict() uses nn.Conv1d's
@@ -183,10 +183,9 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
   // Y (batch, steps, n) = the 'same' correlation of X (batch, steps, m) with k taps, tap(t) the (m, n) matrix that
   // multiplies the steps t - left after each output step, plus bias (n values, or null). Output step s of batch row b
   // reads that row's steps s - left .. s - left + k - 1, zero outside it. Per chunk of steps, one product per panel of
-  // each tap, reading X and the taps in place: each output's sum runs over the panels of input channels in order,
-  // within each over the taps in order, the bias last, an order fixed by the shape. A chunk at either end of a batch
-  // row (at most two per row), whose windows reach past it, reads a copy of its steps with the zero rows around them,
-  // in a buffer of its thread.
+  // each tap, reading X and the taps in place, into the chunk's rows that the tap's steps reach within the batch row:
+  // each output's sum starts from 0 and runs over the panels of input channels in order, within each over the taps
+  // in order, the bias last, an order fixed by the shape.
   template <class Tap>
   void correlate(const Tensor3<Scalar>& X, const Tap& tap, Index left, const Scalar* bias, Tensor3<Scalar>& Y) const {
     const Index batch = X.dimension(0), steps = X.dimension(1), m = X.dimension(2), n = Y.dimension(2);
@@ -197,41 +196,31 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
     constexpr Index panel_depth = detail::tuning::product_panel_depth<Scalar>;
     const Index chunks = (steps + detail::rows_per_chunk - 1) / detail::rows_per_chunk;  // per batch row
     const double per_row = static_cast<double>(m * k) * static_cast<double>(n);
-    // A chunk's copy for each thread, allocated here: no allocation inside the parallel region.
-    const Index edge_rows = k > 1 && steps > 0 ? std::min(steps, detail::rows_per_chunk) + k - 1 : 0;
-    std::vector<Matrix<Scalar>> edges(static_cast<std::size_t>(num_threads()), Matrix<Scalar>(edge_rows, m));
     const detail::Kernels<Scalar>& kernel = detail::kernels<Scalar>();  // before the parallel region: it may throw
     // Chunks fixed by the shape, not by the number of threads: the same bits for any thread count.
-    detail::parallel_for(batch * chunks, static_cast<double>(batch * steps) * per_row,
-                         [&](Index item, int thread) {
+    detail::parallel_for(batch * chunks, static_cast<double>(batch * steps) * per_row, [&](Index item, int) {
       const Index b = item / chunks, s0 = item % chunks * detail::rows_per_chunk;
       const Index rows = std::min(detail::rows_per_chunk, steps - s0);
-      const Index first = s0 - left, end = first + rows + k - 1;  // the steps the windows read: [first, end)
-      const Scalar* windows;  // (rows + k - 1, m): steps [first, end)
-      if (first >= 0 && end <= steps) {
-        windows = X.data() + (b * steps + first) * m;
-      } else {
-        auto edge = edges[static_cast<std::size_t>(thread)].topRows(rows + k - 1);  // steps [first, end), 0 outside
-        edge.setZero();
-        const Index lo = std::max<Index>(first, 0), hi = std::min(end, steps);
-        edge.middleRows(lo - first, hi - lo) = detail::slice(X, b).middleRows(lo, hi - lo);
-        windows = edge.data();
-      }
-      Scalar* Yc = Y.data() + (b * steps + s0) * n;  // (rows, n)
+      Eigen::Map<Matrix<Scalar>> Yc(Y.data() + (b * steps + s0) * n, rows, n);  // (rows, n)
+      Yc.setZero();
       for (Index o0 = 0; o0 < n; o0 += panel_width) {
         const Index width = std::min(panel_width, n - o0);
         for (Index i0 = 0; i0 < m; i0 += panel_depth) {
           const Index depth = std::min(panel_depth, m - i0);
           for (Index t = 0; t < k; ++t) {
-            const detail::StridedMatrix<Scalar> B = tap(t);  // (m, n)
-            const bool last = i0 + depth == m && t == k - 1;
-            kernel.strided_times_matrix(i0 > 0 || t > 0, windows + t * m + i0, m, rows, depth,
-                                        B.data + i0 * B.row_stride + o0 * B.column_stride, B.row_stride,
-                                        B.column_stride, width, last && bias != nullptr ? bias + o0 : nullptr,
-                                        Yc + o0, n);
+            // The chunk's rows [lo, hi) whose step s0 + r + t - left lies in [0, steps): tap t reaches past the
+            // batch row from the others, which it leaves as they are.
+            const Index lo = std::clamp<Index>(left - t - s0, 0, rows);
+            const Index hi = std::clamp<Index>(steps + left - t - s0, 0, rows);
+            if (lo == hi) continue;
+            const Scalar* Xt = X.data() + (b * steps + s0 + lo + t - left) * m + i0;  // (hi - lo, depth), rows m apart
+            const detail::StridedMatrix<Scalar> B = tap(t);                            // (m, n)
+            kernel.strided_times_matrix(true, Xt, m, hi - lo, depth, B.data + i0 * B.row_stride + o0 * B.column_stride,
+                                        B.row_stride, B.column_stride, width, nullptr, Yc.data() + lo * n + o0, n);
           }
         }
       }
+      if (bias != nullptr) Yc.rowwise() += Eigen::Map<const Eigen::Matrix<Scalar, 1, Eigen::Dynamic>>(bias, n);
     });
   }
 
