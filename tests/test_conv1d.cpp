@@ -192,8 +192,8 @@ TEMPLATE_TEST_CASE("Conv1d agrees with the definition over several panels of cha
                                              attend_test::tolerance<TestType>().abs * static_cast<double>(out * k)};
   REQUIRE_THAT(conv(X), attend_test::Near(conv_by_definition(X, conv.weight(), conv.bias(), left), tol));
   const Tensor3<TestType> dX = conv.backward(dY);  // (2, steps, in)
-  Tensor3<double> expected(2, steps, in);         // (2, steps, in)
-  const Tensor3<TestType>& W = conv.weight();     // (out, in, k)
+  Tensor3<double> expected(2, steps, in);          // (2, steps, in)
+  const Tensor3<TestType>& W = conv.weight();      // (out, in, k)
   for (Index b = 0; b < 2; ++b)
     for (Index p = 0; p < steps; ++p)
       for (Index i = 0; i < in; ++i) {

@@ -38,6 +38,12 @@ Matrix<Scalar> times_kept(const Matrix<Scalar>& X, const Matrix<Scalar>& W, cons
   return Y;
 }
 
+// The tolerance of a sum of `in` rounded products, each factor within [-1, 1]: abs grows with in.
+template <class Scalar>
+attend_test::Tolerance<Scalar> tolerance_of_sums(Index in) {
+  return {attend_test::tolerance<Scalar>().rel, attend_test::tolerance<Scalar>().abs * static_cast<double>(in)};
+}
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("A kept W^T gives X W^T + b", "[transposed_weight]", float, double) {
@@ -248,17 +254,12 @@ TEMPLATE_TEST_CASE("transposed_times_matrix gives A^T B + bias, or adds it, with
     attend::detail::rows_times_matrix<false, TestType>(At.data(), in, rows, in, B.data(), out, out, false, b,
                                                         copied.data(), out);
   }
-  Matrix<double> expected(rows, out);  // (rows, out): Y0 + A^T B, or A^T B + bias, by definition
-  for (Index r = 0; r < rows; ++r)
-    for (Index o = 0; o < out; ++o) {
-      double sum = static_cast<double>(accumulate ? Y0(r, o) : bias(o));
-      for (Index k = 0; k < in; ++k) sum += static_cast<double>(A(k, r)) * static_cast<double>(B(k, o));
-      expected(r, o) = sum;
-    }
-  // A sum of `in` rounded products, each entry of A and B in [-1, 1]: abs grows with in.
-  const attend_test::Tolerance<TestType> tol{attend_test::tolerance<TestType>().rel,
-                                             attend_test::tolerance<TestType>().abs * static_cast<double>(in)};
-  REQUIRE_THAT(Y, attend_test::Near(expected, tol));
+  // (rows, out): Y0 + A^T B, or A^T B + bias, by definition
+  const Matrix<TestType> Bt = B.transpose();  // (out, in)
+  const Matrix<double> expected = accumulate ? Matrix<double>(Y0.template cast<double>() +
+                                                              affine_by_definition(At, Bt, Vector<TestType>()))
+                                             : affine_by_definition(At, Bt, bias);
+  REQUIRE_THAT(Y, attend_test::Near(expected, tolerance_of_sums<TestType>(in)));
   REQUIRE(Y == copied);  // bit for bit
 }
 
@@ -279,7 +280,7 @@ TEMPLATE_TEST_CASE("strided_times_matrix gives X B + bias, or adds it, reading B
   const Index offset = offsets[layout], row_stride = row_strides[layout], column_stride = column_strides[layout];
   const Index stored = offset + (in - 1) * row_stride + (out - 1) * column_stride + 1;
   const Matrix<TestType> storage = random_matrix<TestType>(1, stored, 31);       // (1, stored): B's entries within
-  const Matrix<TestType> X = random_matrix<TestType>(rows, in + 2, 32);          // (rows, in + 2): columns past in unused
+  const Matrix<TestType> X = random_matrix<TestType>(rows, in + 2, 32);          // (rows, in + 2): in to in + 2 unused
   const Matrix<TestType> Y0 = random_matrix<TestType>(rows, out, 33);            // (rows, out)
   const Vector<TestType> bias = random_matrix<TestType>(1, out, 34).transpose();  // (out)
   Matrix<TestType> B(in, out);                                                    // (in, out), row-major
@@ -299,17 +300,11 @@ TEMPLATE_TEST_CASE("strided_times_matrix gives X B + bias, or adds it, reading B
     attend::detail::rows_times_matrix<false, TestType>(X.data(), in + 2, rows, in, B.data(), out, out, false,
                                                        bias.data(), copied.data(), out);
   }
-  Matrix<double> expected(rows, out);  // (rows, out): (Y0 +) X B + bias, by definition
-  for (Index r = 0; r < rows; ++r)
-    for (Index o = 0; o < out; ++o) {
-      double sum = static_cast<double>(bias(o)) + (accumulate ? static_cast<double>(Y0(r, o)) : 0.0);
-      for (Index k = 0; k < in; ++k) sum += static_cast<double>(X(r, k)) * static_cast<double>(B(k, o));
-      expected(r, o) = sum;
-    }
-  // A sum of `in` rounded products, each entry of X and B in [-1, 1]: abs grows with in.
-  const attend_test::Tolerance<TestType> tol{attend_test::tolerance<TestType>().rel,
-                                             attend_test::tolerance<TestType>().abs * static_cast<double>(in)};
-  REQUIRE_THAT(Y, attend_test::Near(expected, tol));
+  // (rows, out): (Y0 +) X B + bias, by definition
+  Matrix<double> expected = affine_by_definition(Matrix<TestType>(X.leftCols(in)), Matrix<TestType>(B.transpose()),
+                                                 bias);
+  if (accumulate) expected += Y0.template cast<double>();
+  REQUIRE_THAT(Y, attend_test::Near(expected, tolerance_of_sums<TestType>(in)));
   REQUIRE(Y == copied);  // bit for bit
 }
 

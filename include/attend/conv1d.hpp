@@ -214,7 +214,7 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
             const Index hi = std::clamp<Index>(steps + left - t - s0, 0, rows);
             if (lo == hi) continue;
             const Scalar* Xt = X.data() + (b * steps + s0 + lo + t - left) * m + i0;  // (hi - lo, depth), rows m apart
-            const detail::StridedMatrix<Scalar> B = tap(t);                            // (m, n)
+            const detail::StridedMatrix<Scalar> B = tap(t);                           // (m, n)
             kernel.strided_times_matrix(true, Xt, m, hi - lo, depth, B.data + i0 * B.row_stride + o0 * B.column_stride,
                                         B.row_stride, B.column_stride, width, nullptr, Yc.data() + lo * n + o0, n);
           }

@@ -2,9 +2,9 @@
 //
 // Each projection multiplies on the row kernel of the active level (detail/kernels/products-inl.hpp) from W^T: the
 // copy kept in a TransposedWeight (detail/transposed_weight.hpp) when the caller has one, so that W is transposed only
-// when it changes; otherwise W^T read from W, each panel transposed into the kernel's packed panels as it goes. The row kernel is compiled for each instruction-set level and
-// chosen at run time, so it runs at one speed whatever the flags the program was built with (a GEMM of Eigen's is
-// compiled for those flags). Rows go in fixed chunks of tuning::rows_per_chunk: the chunks do not depend on the number of
+// when it changes; otherwise W^T read from W, each panel transposed into the kernel's packed panels as it goes. The
+// row kernel is compiled for each instruction-set level and chosen at run time, so it runs at one speed whatever the
+// flags the program was built with (a GEMM of Eigen's is compiled for those flags). Rows go in fixed chunks of tuning::rows_per_chunk: the chunks do not depend on the number of
 // threads, so neither does any output element's summation order: with OpenMP the chunks are shared among the threads,
 // and the result is bit-identical for 1 and N threads. When the same X feeds several projections (Q, K and V of
 // self-attention), each chunk of X is used by all of them while it is in cache: one pass over X.

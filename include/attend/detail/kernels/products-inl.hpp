@@ -311,6 +311,20 @@ Scalar* packed_panel_buffer() {
   return buffer.get();
 }
 
+// The product over an inner dimension of 0: Y (rows, out) = 0 + bias (0 without one), or Y += bias when
+// accumulating (unchanged without one), the operations of the row blocks on an empty sum. X and B have no entry to
+// read, and no pointer into them is formed: either may be null.
+template <bool Accumulate, class Scalar>
+void product_over_no_steps(Index rows, Index out, const Scalar* bias, Scalar* Y, Index ldy) {
+  for (Index r = 0; r < rows; ++r) {
+    Scalar* y = Y + r * ldy;  // (out)
+    for (Index o = 0; o < out; ++o) {
+      const Scalar sum = Accumulate ? y[o] : Scalar(0);
+      y[o] = bias != nullptr ? sum + bias[o] : sum;
+    }
+  }
+}
+
 // Y (rows, out) (+)= X (rows, in) B (in, out) + bias over panels of B of at most product_panel_depth rows by
 // product_panel_width columns, X's entries at x_entry<Transposed>, B's entry (k, o) at B[k * ldb + o * column_stride]:
 // each panel packed first (packs), then every row of X passes over it; or, X not Transposed and B stored by rows
@@ -320,6 +334,10 @@ template <bool Accumulate, bool Transposed, class Scalar>
 void panels_times_matrix(bool packs, const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B, Index ldb,
                          Index column_stride, Index out, bool padded, const Scalar* bias, Scalar* Y, Index ldy) {
   eigen_assert(packs || (!Transposed && column_stride == 1));  // the in-place path reads X and B by rows
+  if (in == 0) {
+    product_over_no_steps<Accumulate>(rows, out, bias, Y, ldy);
+    return;
+  }
   constexpr Index depth = tuning::product_panel_depth<Scalar>, width = tuning::product_panel_width<Scalar>;
   Scalar* packed = packs ? packed_panel_buffer<Scalar>() : nullptr;
   for (Index o0 = 0; o0 < out; o0 += width) {
@@ -348,20 +366,6 @@ void panels_times_matrix(bool packs, const Scalar* X, Index ldx, Index rows, Ind
   }
 }
 
-// The product over an inner dimension of 0: Y (rows, out) = 0 + bias (0 without one), or Y += bias when
-// accumulating (unchanged without one), the operations of the row blocks on an empty sum. X and B have no entry to
-// read, and no pointer into them is formed: either may be null.
-template <bool Accumulate, class Scalar>
-void product_over_no_steps(Index rows, Index out, const Scalar* bias, Scalar* Y, Index ldy) {
-  for (Index r = 0; r < rows; ++r) {
-    Scalar* y = Y + r * ldy;  // (out)
-    for (Index o = 0; o < out; ++o) {
-      const Scalar sum = Accumulate ? y[o] : Scalar(0);
-      y[o] = bias != nullptr ? sum + bias[o] : sum;
-    }
-  }
-}
-
 // Y (rows, out) = X (rows, in) B (in, out) + bias, or Y += X B + bias when Accumulate. X rows ldx apart, B rows ldb
 // apart, Y rows ldy apart; bias (out) or null. With in = 0, Y = bias (0 without one), or Y += bias when
 // accumulating: X and B are then never read, and either may be null.
@@ -378,7 +382,7 @@ void rows_times_matrix(const Scalar* X, Index ldx, Index rows, Index in, const S
     product_over_no_steps<Accumulate>(rows, out, bias, Y, ldy);
     return;
   }
-  const bool packs = rows >= tuning::packed_product_rows && in > 0;
+  const bool packs = rows >= tuning::packed_product_rows;
   const double bytes = static_cast<double>(in) * static_cast<double>(out) * sizeof(Scalar);
   if (!packs && bytes <= tuning::product_panel_bytes) {
     rows_times_panel<Accumulate>(X, ldx, rows, in, B, ldb, out, padded, bias, Y, ldy);
@@ -406,9 +410,7 @@ template <class Scalar>
 void transposed_times_matrix_entry(bool accumulate, const Scalar* A, Index lda, Index rows, Index in, const Scalar* B,
                                    Index ldb, Index out, const Scalar* bias, Scalar* Y, Index ldy) {
   if (rows == 0) return;
-  if (in == 0) {
-    rows_times_matrix_entry(accumulate, A, lda, rows, in, B, ldb, out, false, bias, Y, ldy);
-  } else if (accumulate) {
+  if (accumulate) {
     panels_times_matrix<true, true>(true, A, lda, rows, in, B, ldb, 1, out, false, bias, Y, ldy);
   } else {
     panels_times_matrix<false, true>(true, A, lda, rows, in, B, ldb, 1, out, false, bias, Y, ldy);
@@ -425,9 +427,7 @@ void strided_times_matrix_entry(bool accumulate, const Scalar* X, Index ldx, Ind
                                 Index row_stride, Index column_stride, Index out, const Scalar* bias, Scalar* Y,
                                 Index ldy) {
   if (rows == 0) return;
-  if (in == 0) {
-    rows_times_matrix_entry(accumulate, X, ldx, rows, in, B, row_stride, out, false, bias, Y, ldy);
-  } else if (accumulate) {
+  if (accumulate) {
     panels_times_matrix<true, false>(true, X, ldx, rows, in, B, row_stride, column_stride, out, false, bias, Y, ldy);
   } else {
     panels_times_matrix<false, false>(true, X, ldx, rows, in, B, row_stride, column_stride, out, false, bias, Y, ldy);
