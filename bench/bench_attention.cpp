@@ -21,10 +21,11 @@
 // it (each panel copied into micro-panels from tuning::packed_product_rows rows on), packed = 0 with each panel read
 // in place, as products of fewer rows run, for comparison. Skipped on a CPU without AVX2.
 //
-//   ./build/bench/bench_attention --benchmark_filter='Conv1dWidth|LinearWidth'
+//   ./build/bench/bench_attention --benchmark_filter='Conv1dWidth|Conv1dBackwardWidth|LinearWidth'
 //
 // Conv1d (1, 256, d -> d, k = 3, 'same', with bias) and Linear (1, 256, d -> d, with bias) forward, float, on the
 // level chosen, d from 64 to 1024: how close each width comes to the best. 2 * 256 * k * d^2 and 2 * 256 * d^2 FLOPs.
+// Conv1dBackwardWidth: Conv1d's backward pass (input and weight gradients, 2 * 2 * 256 * k * d^2 FLOPs).
 #include <attend/attend.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/detail/transposed_weight.hpp>
@@ -86,6 +87,22 @@ void Conv1dWidth(benchmark::State& state) {
   attend::Generator generator(3);
   const attend::Conv1d<float> conv(d, d, k, true, generator);
   time_width(state, conv, d, 2.0 * 256 * k * d * d);
+}
+
+// Conv1d's backward pass at the same widths: the input gradient (a correlation of dY with the flipped taps, as many
+// products as the forward) and the weight gradient, after one recorded forward call outside the timing.
+void Conv1dBackwardWidth(benchmark::State& state) {
+  const attend::Index d = state.range(0), k = 3;
+  attend::Generator generator(3);
+  attend::Conv1d<float> conv(d, d, k, true, generator);
+  attend::Tensor3<float> X(1, 256, d), dY(1, 256, d);  // (1, 256, d) each
+  X.setRandom();
+  dY.setRandom();
+  benchmark::DoNotOptimize(conv(X).data());
+  for (auto _ : state) benchmark::DoNotOptimize(conv.backward(dY).data());
+  state.counters["FLOPS"] =
+      benchmark::Counter(2 * 2.0 * 256 * k * d * d, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(attend::isa_name(attend::active_isa()));
 }
 
 void LinearWidth(benchmark::State& state) {
@@ -151,6 +168,7 @@ BENCHMARK_TEMPLATE(RowKernel, double)
 
 BENCHMARK(Conv1dWidth)->ArgName("d")->Arg(64)->Arg(128)->Arg(256)->Arg(384)->Arg(512)->Arg(768)->Arg(1024)
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK(Conv1dBackwardWidth)->ArgName("d")->Arg(64)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMicrosecond);
 BENCHMARK(LinearWidth)->ArgName("d")->Arg(64)->Arg(128)->Arg(256)->Arg(384)->Arg(512)->Arg(768)->Arg(1024)
     ->Unit(benchmark::kMicrosecond);
 

@@ -47,6 +47,27 @@ Tensor3<double> conv_by_definition(const Tensor3<ScalarX>& X, const Tensor3<Scal
   return Y;
 }
 
+// The input gradient by its definition, with explicit loops in double:
+//   dX[b, p, i] = sum_{o, t} W[o, i, t] dY[b, p + left - t, o],   dY outside [0, steps) being 0.
+template <class Scalar>
+Tensor3<double> input_gradient_by_definition(const Tensor3<Scalar>& dY, const Tensor3<Scalar>& W, Index left) {
+  const Index batch = dY.dimension(0), steps = dY.dimension(1);
+  const Index out = W.dimension(0), in = W.dimension(1), k = W.dimension(2);
+  Tensor3<double> dX(batch, steps, in);  // (batch, steps, in)
+  for (Index b = 0; b < batch; ++b)
+    for (Index p = 0; p < steps; ++p)
+      for (Index i = 0; i < in; ++i) {
+        double sum = 0;
+        for (Index t = 0; t < k; ++t) {
+          const Index s = p + left - t;
+          if (s < 0 || s >= steps) continue;
+          for (Index o = 0; o < out; ++o) sum += static_cast<double>(W(o, i, t)) * static_cast<double>(dY(b, s, o));
+        }
+        dX(b, p, i) = sum;
+      }
+  return dX;
+}
+
 // A Conv1d with the parameters of a fixture.
 template <class Scalar>
 Conv1d<Scalar> conv_from(const attend_test::Fixture& f) {
@@ -154,12 +175,12 @@ TEMPLATE_TEST_CASE("Conv1d agrees with the definition written as loops", "[conv1
 
 TEMPLATE_TEST_CASE("Conv1d agrees with the definition over every block shape of its product", "[conv1d]", float,
                    double) {
-  // The product runs on the row kernel (detail/rows_times_matrix.hpp) in chunks of 256 steps: out_channels below,
-  // at and above whole packets (partial last packet, blocks of 1 to 4 packets) and step counts that end a chunk
-  // early, exactly, or one step into the next, so that every row block (6, 4 and single rows) meets every column
-  // block; against the definition written as loops. Kernels of 1 (no chunk reaches past its batch row), 3, 4 and 6
-  // (left 2, right 3): the chunks at either end of a batch row read a copy padded with zero steps, the others (601
-  // steps: the second chunk of each of the 2 batch rows) read X in place.
+  // The product runs on the kernel table's correlate_rows (detail/kernels/products-inl.hpp) in chunks of 256 steps:
+  // out_channels below, at and above whole packets (partial last packet, micro-panels of 1 to 4 packets) and step
+  // counts that end a chunk early, exactly, or one step into the next, so that every row block (6, 4 and single
+  // rows) meets every column block; against the definition written as loops. Kernels of 1 (no chunk reaches past
+  // its batch row), 3, 4 and 6 (left 2, right 3): in the chunks at either end of a batch row the rows whose field
+  // reaches past it go one at a time over the taps they reach; the second chunk of each of 601 steps has none.
   const Index out = GENERATE(5, 16, 37, 70);
   const Index k = GENERATE(1, 3, 4, 6);
   Generator generator(63);
@@ -174,11 +195,10 @@ TEMPLATE_TEST_CASE("Conv1d agrees with the definition over every block shape of 
 
 TEMPLATE_TEST_CASE("Conv1d agrees with the definition over several panels of channels, forward and backward",
                    "[conv1d]", float, double) {
-  // Each tap's product runs one panel of the row kernel at a time (tuning::product_panel_depth input channels by
-  // product_panel_width output channels, the taps in turn): 300 input channels (a panel and part of one) and 140
-  // output channels (two panels of floats, three of doubles), over two chunks of steps; the input gradient runs on
-  // the same products with the channels swapped. dX against its definition written as loops,
-  //   dX[b, p, i] = sum_{o, t} W[o, i, t] dY[b, p + left - t, o],   dY outside [0, steps) being 0.
+  // The kernel packs a panel of every tap at once (tuning::product_panel_depth / k input channels by
+  // product_panel_width output channels): 300 input channels (three panels and part of one, or four and part of
+  // one) and 140 output channels (two panels of floats, three of doubles), over two chunks of steps; the input
+  // gradient runs on the same kernel with the channels swapped, against input_gradient_by_definition.
   const Index k = GENERATE(3, 4);
   const Index in = 300, out = 140, steps = 260, left = (k - 1) / 2;
   CAPTURE(k);
@@ -191,21 +211,27 @@ TEMPLATE_TEST_CASE("Conv1d agrees with the definition over several panels of cha
   const attend_test::Tolerance<TestType> tol{attend_test::tolerance<TestType>().rel,
                                              attend_test::tolerance<TestType>().abs * static_cast<double>(out * k)};
   REQUIRE_THAT(conv(X), attend_test::Near(conv_by_definition(X, conv.weight(), conv.bias(), left), tol));
-  const Tensor3<TestType> dX = conv.backward(dY);  // (2, steps, in)
-  Tensor3<double> expected(2, steps, in);          // (2, steps, in)
-  const Tensor3<TestType>& W = conv.weight();      // (out, in, k)
-  for (Index b = 0; b < 2; ++b)
-    for (Index p = 0; p < steps; ++p)
-      for (Index i = 0; i < in; ++i) {
-        double sum = 0;
-        for (Index t = 0; t < k; ++t) {
-          const Index s = p + left - t;
-          if (s < 0 || s >= steps) continue;
-          for (Index o = 0; o < out; ++o) sum += static_cast<double>(W(o, i, t)) * static_cast<double>(dY(b, s, o));
-        }
-        expected(b, p, i) = sum;
-      }
-  REQUIRE_THAT(dX, attend_test::Near(expected, tol));
+  REQUIRE_THAT(conv.backward(dY), attend_test::Near(input_gradient_by_definition(dY, conv.weight(), left), tol));
+}
+
+TEMPLATE_TEST_CASE("Conv1d agrees with the definition when its taps outnumber a packed panel's rows",
+                   "[conv1d]", float, double) {
+  // The kernel packs the taps of a panel together, at most tuning::product_panel_depth of them (256): 257 and 300
+  // taps run in two groups, each with its own rows near the ends of a batch row. Sequences shorter than the kernel
+  // (every output step's field reaches past both ends) and longer than a chunk of steps; forward and input gradient.
+  const Index k = GENERATE(257, 300);
+  const Index steps = GENERATE(5, 300);
+  const Index in = 3, out = 20, left = (k - 1) / 2;
+  CAPTURE(k, steps);
+  Generator generator(68);
+  Conv1d<TestType> conv(in, out, k, true, generator);
+  const Tensor3<TestType> X = random_tensor<TestType>(2, steps, in, 69);    // (2, steps, in)
+  const Tensor3<TestType> dY = random_tensor<TestType>(2, steps, out, 70);  // (2, steps, out)
+  const attend_test::Tolerance<TestType> tol{attend_test::tolerance<TestType>().rel,
+                                             attend_test::tolerance<TestType>().abs * static_cast<double>(out * k)};
+  REQUIRE_THAT(conv(X), attend_test::Near(conv_by_definition(X, conv.weight(), conv.bias(), left), tol));
+  REQUIRE_THAT(conv.backward(dY),
+               attend_test::Near(input_gradient_by_definition(dY, conv.weight(), left), tol));
 }
 
 TEMPLATE_TEST_CASE("Conv1d with a kernel of width 1 is a Linear on the channels", "[conv1d]", float, double) {

@@ -12,12 +12,12 @@
 //
 // The forward pass is kernel_size matrix products with no im2col buffer and no copy of W: the receptive field of
 // output step s is kernel_size consecutive steps, and tap t's product multiplies the steps t - left after each output
-// step, (steps, in_channels) rows of X read in place, by W[:, :, t]^T read in place from W (strides kernel_size and
-// in_channels * kernel_size), the taps added into Y; near either end of a batch row a tap skips the output steps whose
-// field it would reach past the row by (its product there is with zeros). The products are attend's row kernel
-// (detail/kernels/products-inl.hpp) on the active level, which packs each panel of a tap from W as it goes, one panel
-// of every tap in turn, so that the part of W they share is read from memory once. No extra memory but the kernel's
-// packed panel.
+// step, (steps, in_channels) rows of X read in place, by W[:, :, t]^T read from W; near either end of a batch row a
+// tap skips the output steps whose field it would reach past the row (its product there is with zeros). The products
+// are one kernel of the active level (correlate_rows, detail/kernels/products-inl.hpp): it packs a panel of every tap
+// at once from W (the taps of a channel are adjacent in W, so W^T's rows are the taps' rows, interleaved, packed by
+// register transposes), and each block of output rows adds all the taps of a panel in registers before it stores.
+// No extra memory but the kernel's packed panel.
 //
 // Initialised as PyTorch does: W, then bias, uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)) with
 // fan_in = in_channels * kernel_size; W is drawn in its row-major order (o, i, t). state_dict() uses nn.Conv1d's
@@ -98,7 +98,7 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
     require_parameters("Conv1d");
     detail::require_dim(X, 2, in_channels_, "Conv1d", "X", "features (in_channels)");
     Tensor3<Scalar> Y(X.dimension(0), X.dimension(1), out_channels_);  // (batch, steps, out)
-    correlate(X, [this](Index t) { return output_tap(t); }, left_padding(), has_bias_ ? bias_.data() : nullptr, Y);
+    correlate(X, output_taps(), left_padding(), has_bias_ ? bias_.data() : nullptr, Y);
     return Y;
   }
 
@@ -115,10 +115,9 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
     const Index batch = X.dimension(0), steps = X.dimension(1);
     detail::require_shape(dY, {batch, steps, out_channels_}, where, "grad_output", "(batch, steps, out_channels)");
     Tensor3<Scalar> dX(batch, steps, in_channels_);  // (batch, steps, in_channels)
-    correlate(dY, [this](Index u) { return input_tap(u); }, right_padding(), nullptr, dX);
-    // This call's gradients, then added, as PyTorch adds a new gradient to .grad.
-    const Tensor3<Scalar> dW = weight_gradient(X, dY);  // (out_channels, in_channels, kernel_size)
-    weight_grad_ += dW;
+    correlate(dY, input_taps(), right_padding(), nullptr, dX);
+    // This call's gradients, each added in, as PyTorch adds a new gradient to .grad.
+    add_weight_gradient(X, dY);
     if (has_bias_ && dY.size() > 0) bias_grad_ += detail::as_matrix(dY).colwise().sum().transpose();
     return dX;
   }
@@ -168,32 +167,30 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
     if (self.has_bias_) visit("bias", self.bias_, self.bias_grad_, std::vector<Index>{self.out_channels_});
   }
 
-  // Tap t of the forward pass's kernel, read in place from W (out, in, k): the (in, out) matrix W[:, :, t]^T, its
-  // entry (i, o) at W[o * in * k + i * k + t].
-  detail::StridedMatrix<Scalar> output_tap(Index t) const {
-    return {weight_.data() + t, kernel_size_, in_channels_ * kernel_size_};
+  // The taps of a correlation read in place from W (out, in, k): tap t the (m, n) matrix whose entry (i, o) is
+  // data[i * row_stride + t * tap_stride + o * column_stride].
+  struct Taps {
+    const Scalar* data;
+    Index row_stride, tap_stride, column_stride;
+  };
+
+  // The forward pass's taps: tap t is W[:, :, t]^T (in, out), its entry (i, o) at W[o * in * k + i * k + t].
+  Taps output_taps() const { return {weight_.data(), kernel_size_, 1, in_channels_ * kernel_size_}; }
+
+  // The input gradient's taps, W flipped in time with its channels swapped: tap u is W[:, :, k - 1 - u] (out, in), its
+  // entry (o, i) at W[o * in * k + i * k + k - 1 - u].
+  Taps input_taps() const {
+    return {weight_.data() + (kernel_size_ - 1), in_channels_ * kernel_size_, -1, kernel_size_};
   }
 
-  // Tap u of the input gradient's kernel, W flipped in time with its channels swapped: the (out, in) matrix
-  // W[:, :, k - 1 - u], its entry (o, i) at W[o * in * k + i * k + k - 1 - u].
-  detail::StridedMatrix<Scalar> input_tap(Index u) const {
-    return {weight_.data() + (kernel_size_ - 1 - u), in_channels_ * kernel_size_, kernel_size_};
-  }
-
-  // Y (batch, steps, n) = the 'same' correlation of X (batch, steps, m) with k taps, tap(t) the (m, n) matrix that
-  // multiplies the steps t - left after each output step, plus bias (n values, or null). Output step s of batch row b
-  // reads that row's steps s - left .. s - left + k - 1, zero outside it. Per chunk of steps, one product per panel of
-  // each tap, reading X and the taps in place, into the chunk's rows that the tap's steps reach within the batch row:
-  // each output's sum starts from 0 and runs over the panels of input channels in order, within each over the taps
-  // in order, the bias last, an order fixed by the shape.
-  template <class Tap>
-  void correlate(const Tensor3<Scalar>& X, const Tap& tap, Index left, const Scalar* bias, Tensor3<Scalar>& Y) const {
+  // Y (batch, steps, n) = the 'same' correlation of X (batch, steps, m) with k taps (m, n), tap t multiplying the
+  // step t - left after each output step, plus bias (n values, or null). Output step s of batch row b reads that row's
+  // steps s - left .. s - left + k - 1, zero outside it. Per chunk of steps, one call of the kernel table's
+  // correlate_rows, reading X and the taps in place (detail/kernels/products-inl.hpp: the order of each output's sum,
+  // fixed by the shape); Y starts from 0, the bias added last.
+  void correlate(const Tensor3<Scalar>& X, const Taps& taps, Index left, const Scalar* bias, Tensor3<Scalar>& Y) const {
     const Index batch = X.dimension(0), steps = X.dimension(1), m = X.dimension(2), n = Y.dimension(2);
     const Index k = kernel_size_;
-    // One panel of each tap at a time, the k taps in turn: the part of W they read (panel_width output channels by
-    // panel_depth input channels by k) is read from memory once and stays in L2 from one tap to the next.
-    constexpr Index panel_width = detail::tuning::product_panel_width<Scalar>;
-    constexpr Index panel_depth = detail::tuning::product_panel_depth<Scalar>;
     const Index chunks = (steps + detail::rows_per_chunk - 1) / detail::rows_per_chunk;  // per batch row
     const double per_row = static_cast<double>(m * k) * static_cast<double>(n);
     const detail::Kernels<Scalar>& kernel = detail::kernels<Scalar>();  // before the parallel region: it may throw
@@ -203,31 +200,16 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
       const Index rows = std::min(detail::rows_per_chunk, steps - s0);
       Eigen::Map<Matrix<Scalar>> Yc(Y.data() + (b * steps + s0) * n, rows, n);  // (rows, n)
       Yc.setZero();
-      for (Index o0 = 0; o0 < n; o0 += panel_width) {
-        const Index width = std::min(panel_width, n - o0);
-        for (Index i0 = 0; i0 < m; i0 += panel_depth) {
-          const Index depth = std::min(panel_depth, m - i0);
-          for (Index t = 0; t < k; ++t) {
-            // The chunk's rows [lo, hi) whose step s0 + r + t - left lies in [0, steps): tap t reaches past the
-            // batch row from the others, which it leaves as they are.
-            const Index lo = std::clamp<Index>(left - t - s0, 0, rows);
-            const Index hi = std::clamp<Index>(steps + left - t - s0, 0, rows);
-            if (lo == hi) continue;
-            const Scalar* Xt = X.data() + (b * steps + s0 + lo + t - left) * m + i0;  // (hi - lo, depth), rows m apart
-            const detail::StridedMatrix<Scalar> B = tap(t);                           // (m, n)
-            kernel.strided_times_matrix(true, Xt, m, hi - lo, depth, B.data + i0 * B.row_stride + o0 * B.column_stride,
-                                        B.row_stride, B.column_stride, width, nullptr, Yc.data() + lo * n + o0, n);
-          }
-        }
-      }
+      kernel.correlate_rows(X.data() + (b * steps + s0) * m, m, rows, s0, steps - s0 - rows, m, k, left, taps.data,
+                            taps.row_stride, taps.tap_stride, taps.column_stride, n, Yc.data(), n);
       if (bias != nullptr) Yc.rowwise() += Eigen::Map<const Eigen::Matrix<Scalar, 1, Eigen::Dynamic>>(bias, n);
     });
   }
 
-  // dW (out, in, k): per batch row b, dY_b^T (out, steps) times the windows of X_b (steps, k * in; row s holds X's
-  // steps s - left .. s - left + k - 1), added over the batch rows in order into (out, k * in) with column t * in + i,
-  // then put in W's order. X (batch, steps, in), dY (batch, steps, out).
-  Tensor3<Scalar> weight_gradient(const Tensor3<Scalar>& X, const Tensor3<Scalar>& dY) const {
+  // weight_grad() += dW (out, in, k): per batch row b, dY_b^T (out, steps) times the windows of X_b (steps, k * in;
+  // row s holds X's steps s - left .. s - left + k - 1), added over the batch rows in order into (out, k * in) with
+  // column t * in + i, then added in W's order. X (batch, steps, in), dY (batch, steps, out).
+  void add_weight_gradient(const Tensor3<Scalar>& X, const Tensor3<Scalar>& dY) {
     const Index batch = X.dimension(0), steps = X.dimension(1);
     const Index in = in_channels_, out = out_channels_, k = kernel_size_;
     Matrix<Scalar> sums = Matrix<Scalar>::Zero(out, k * in);  // (out, k * in)
@@ -239,11 +221,9 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
       const Windows windows(padded.data(), steps, k * in, Eigen::OuterStride<>(in));  // (steps, k * in), rows in apart
       detail::transposed_times<Scalar>(true, detail::slice(dY, b), windows, sums);
     }
-    Tensor3<Scalar> dW(out, in, k);  // (out, in, k)
     for (Index o = 0; o < out; ++o)
       for (Index i = 0; i < in; ++i)
-        for (Index t = 0; t < k; ++t) dW(o, i, t) = sums(o, t * in + i);
-    return dW;
+        for (Index t = 0; t < k; ++t) weight_grad_(o, i, t) += sums(o, t * in + i);
   }
 
   static Index checked(Index size, const char* name) {

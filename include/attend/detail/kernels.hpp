@@ -99,6 +99,11 @@ struct Kernels {
   void (*strided_times_matrix)(bool accumulate, const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B,
                                Index row_stride, Index column_stride, Index out, const Scalar* bias, Scalar* Y,
                                Index ldy);
+  // Y (rows, out) += the taps of a 'same' correlation over a chunk of one sequence, tap t's entry (i, o) at
+  // B[i * row_stride + t * tap_stride + o * column_stride]: correlate_rows
+  void (*correlate_rows)(const Scalar* X, Index ldx, Index rows, Index before, Index after, Index in, Index taps,
+                         Index left, const Scalar* B, Index row_stride, Index tap_stride, Index column_stride,
+                         Index out, Scalar* Y, Index ldy);
   // B (cols, rows) = A (rows, cols)^T
   void (*transpose_into)(const Scalar* A, Index lda, Index rows, Index cols, Scalar* B, Index ldb);
   Scalar (*row_max)(const Scalar* row, Index n);
@@ -123,7 +128,7 @@ struct Kernels {
   Kernels<Scalar> {                                                                                                   \
     Isa::level, level::Simd<Scalar>::size, &level::rows_times_matrix_entry<Scalar>,                                  \
         &level::transposed_times_matrix_entry<Scalar>, &level::strided_times_matrix_entry<Scalar>,                    \
-        &level::transpose_into<Scalar>,                                                                               \
+        &level::correlate_rows<Scalar>, &level::transpose_into<Scalar>,                                               \
         &level::row_max<Scalar>, &level::exp_shifted<Scalar>, &level::softmax_gradient_row<Scalar>,                  \
         &level::masked_softmax_row<Scalar>,                                                                           \
         &level::masked_softmax_block<Scalar>, &level::flash_attention_block<Scalar>, &level::tiny_scores<Scalar>,     \

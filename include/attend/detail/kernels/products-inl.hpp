@@ -434,3 +434,169 @@ void strided_times_matrix_entry(bool accumulate, const Scalar* X, Index ldx, Ind
   }
 }
 
+
+// ---- the taps of a 'same' correlation: Conv1d's forward pass and its input gradient --------------------------------
+//
+// Over a chunk of rows of one sequence, output row r adds, for each tap t, X's row r + t - left (counted from the
+// chunk's first row) times B_t (in, out), where that row lies in the sequence: X's rows run from -before to
+// rows + after - 1, and the sequence's zero padding beyond them adds nothing. The taps' panels are packed together,
+// row i * taps + t of a micro-panel holding channel i of tap t, and a block of rows keeps its accumulators in
+// registers over every tap: Y is read and written once per panel of input channels, not once per tap.
+
+// Columns [0, C packets) of R rows of Y += the taps [first, last) of a micro-panel of `taps` interleaved taps over
+// `steps` input channels: X points at the block's first row for tap `first` (the row for tap t of block row r at
+// X + (r + t - first) * ldx); packed (steps * taps, C packets), contiguous. The sum runs over the channels in order,
+// within each over the taps in order.
+template <int R, int C, class Scalar>
+void taps_times_packets(const Scalar* X, Index ldx, Index steps, Index taps, Index first, Index last,
+                        const Scalar* packed, Scalar* Y, Index ldy) {
+  using S = Simd<Scalar>;
+  using Packet = typename S::Packet;
+  constexpr Index P = S::size, width = C * P;
+  Packet acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = S::load(Y + r * ldy + c * P);
+  for (Index i = 0; i < steps; ++i) {
+    for (Index t = first; t < last; ++t) {
+      const Scalar* b = packed + (i * taps + t) * width;  // (C packets)
+      const Scalar* x = X + (t - first) * ldx + i;        // (R), ldx apart
+      Packet bk[C];
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) bk[c] = S::load(b + c * P);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const Packet xr = S::set1(x[r * ldx]);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) acc[r][c] = S::madd(xr, bk[c], acc[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) S::store(Y + r * ldy + c * P, acc[r][c]);
+}
+
+// The same over a micro-panel of which only the first `present` columns are Y's: those go through a tile.
+template <int R, int C, class Scalar>
+void taps_times_micro_panel(const Scalar* X, Index ldx, Index steps, Index taps, Index first, Index last,
+                            const Scalar* packed, Index present, Scalar* Y, Index ldy) {
+  constexpr Index width = C * Simd<Scalar>::size;
+  if (present == width) {
+    taps_times_packets<R, C>(X, ldx, steps, taps, first, last, packed, Y, ldy);
+    return;
+  }
+  Scalar tile[R * width] = {};  // (R, width): the block of Y, zero past `present`
+  for (int r = 0; r < R; ++r)
+    for (Index o = 0; o < present; ++o) tile[r * width + o] = Y[r * ldy + o];
+  taps_times_packets<R, C>(X, ldx, steps, taps, first, last, packed, tile, width);
+  for (int r = 0; r < R; ++r)
+    for (Index o = 0; o < present; ++o) Y[r * ldy + o] = tile[r * width + o];
+}
+
+// R rows of Y, columns [0, columns), over every micro-panel of a packed panel of taps (pack_taps).
+template <int R, class Scalar>
+void taps_times_panel(const Scalar* X, Index ldx, Index steps, Index taps, Index first, Index last,
+                      const Scalar* packed, Index columns, Scalar* Y, Index ldy) {
+  constexpr Index P = Simd<Scalar>::size, W = packed_width<Scalar>;
+  constexpr int C = packed_packets<Scalar>;
+  for (Index j0 = 0; j0 < columns; j0 += W) {
+    const Index present = std::min(W, columns - j0);
+    const Index width = micro_panel_width<Scalar>(present);
+    switch (width / P) {  // the micro-panel's packets: C but for the last
+      case 1:
+        taps_times_micro_panel<R, 1>(X, ldx, steps, taps, first, last, packed, present, Y + j0, ldy);
+        break;
+      case 2:
+        if constexpr (C >= 2)
+          taps_times_micro_panel<R, 2>(X, ldx, steps, taps, first, last, packed, present, Y + j0, ldy);
+        break;
+      case 3:
+        if constexpr (C >= 3)
+          taps_times_micro_panel<R, 3>(X, ldx, steps, taps, first, last, packed, present, Y + j0, ldy);
+        break;
+      case 4:
+        if constexpr (C >= 4)
+          taps_times_micro_panel<R, 4>(X, ldx, steps, taps, first, last, packed, present, Y + j0, ldy);
+        break;
+      default: break;
+    }
+    packed += steps * taps * width;
+  }
+}
+
+// The micro-panels of `taps` taps' (steps, columns) panels, interleaved: as pack_panel's, each (steps * taps, its
+// width) with row i * taps + t holding step i of tap t, B_t's entry (i, o) at
+// B[i * row_stride + t * tap_stride + o * column_stride]. When those rows are evenly spaced (one tap, or
+// row_stride = taps * tap_stride: Conv1d's forward taps, read from W (out, in * k) as W^T) they are one matrix for
+// pack_panel (transposed through registers for W^T); otherwise gathered a row at a time.
+template <class Scalar>
+void pack_taps(const Scalar* B, Index row_stride, Index tap_stride, Index column_stride, Index taps, Index steps,
+               Index columns, Scalar* packed) {
+  if (taps == 1 || row_stride == taps * tap_stride) {
+    pack_panel(B, taps == 1 ? row_stride : tap_stride, column_stride, steps * taps, columns, packed);
+    return;
+  }
+  for (Index j0 = 0; j0 < columns; j0 += packed_width<Scalar>) {
+    const Index present = std::min(packed_width<Scalar>, columns - j0);
+    const Index width = micro_panel_width<Scalar>(present);
+    const Scalar* B_j0 = B + j0 * column_stride;
+    for (Index i = 0; i < steps; ++i)
+      for (Index t = 0; t < taps; ++t) {
+        Scalar* row = packed + (i * taps + t) * width;                // (width)
+        const Scalar* source = B_j0 + i * row_stride + t * tap_stride;  // (present), column_stride apart
+        for (Index o = 0; o < present; ++o) row[o] = source[o * column_stride];
+        std::fill(row + present, row + width, Scalar(0));
+      }
+    packed += steps * taps * width;
+  }
+}
+
+// Y (rows, out) += the correlation's products over a chunk of rows of one sequence (above), B_t's entry (i, o) at
+// B[i * row_stride + t * tap_stride + o * column_stride]; X's rows ldx apart, `before` of them before the chunk's
+// first row and `after` after its last; Y's rows ldy apart. Per panel of product_panel_width output columns, per group
+// of at most product_panel_depth taps, per panel of product_panel_depth / (taps in the group) input channels, each
+// element adds over the channels in order and within each over the taps in order: an order fixed by the shape. Rows
+// whose steps for some tap lie outside the sequence (at most k - 1 of a sequence) go one at a time over the taps they
+// reach.
+template <class Scalar>
+void correlate_rows(const Scalar* X, Index ldx, Index rows, Index before, Index after, Index in, Index taps,
+                    Index left, const Scalar* B, Index row_stride, Index tap_stride, Index column_stride, Index out,
+                    Scalar* Y, Index ldy) {
+  if (rows == 0 || in == 0 || taps == 0 || out == 0) return;
+  constexpr Index depth = tuning::product_panel_depth<Scalar>, width = tuning::product_panel_width<Scalar>;
+  constexpr int R = packed_rows<Scalar>;
+  Scalar* packed = packed_panel_buffer<Scalar>();
+  const Index group = std::min(taps, depth);
+  for (Index o0 = 0; o0 < out; o0 += width) {
+    const Index columns = std::min(width, out - o0);
+    for (Index t0 = 0; t0 < taps; t0 += group) {
+      const Index t1 = std::min(t0 + group, taps), g = t1 - t0, channels = depth / g;
+      // Row r reads tap t's step r + t - left, inside the sequence when -before <= r + t - left < rows + after:
+      // rows [lo, hi) do for every tap of the group.
+      const Index lo = std::clamp<Index>(left - t0 - before, 0, rows);
+      const Index hi = std::clamp<Index>(rows + after + left - t1 + 1, lo, rows);
+      for (Index i0 = 0; i0 < in; i0 += channels) {
+        const Index steps = std::min(channels, in - i0);
+        pack_taps(B + i0 * row_stride + t0 * tap_stride + o0 * column_stride, row_stride, tap_stride, column_stride, g,
+                  steps, columns, packed);
+        const Scalar* X_i0 = X + i0;
+        Scalar* Y_o0 = Y + o0;
+        const auto edge_row = [&](Index r) {  // the group's taps that row r reaches, relative to t0
+          const Index first = std::clamp<Index>(left - before - r - t0, 0, g);
+          const Index last = std::clamp<Index>(rows + after + left - r - t0, first, g);
+          if (first < last)
+            taps_times_panel<1>(X_i0 + (r + t0 + first - left) * ldx, ldx, steps, g, first, last, packed, columns,
+                                Y_o0 + r * ldy, ldy);
+        };
+        for (Index r = 0; r < lo; ++r) edge_row(r);
+        Index r = lo;
+        for (; r + R <= hi; r += R)
+          taps_times_panel<R>(X_i0 + (r + t0 - left) * ldx, ldx, steps, g, 0, g, packed, columns, Y_o0 + r * ldy, ldy);
+        for (; r + 4 <= hi; r += 4)
+          taps_times_panel<4>(X_i0 + (r + t0 - left) * ldx, ldx, steps, g, 0, g, packed, columns, Y_o0 + r * ldy, ldy);
+        for (; r < hi; ++r)
+          taps_times_panel<1>(X_i0 + (r + t0 - left) * ldx, ldx, steps, g, 0, g, packed, columns, Y_o0 + r * ldy, ldy);
+        for (r = hi; r < rows; ++r) edge_row(r);
+      }
+    }
+  }
+}
