@@ -418,7 +418,7 @@ void transposed_times_matrix_entry(bool accumulate, const Scalar* A, Index lda, 
 }
 
 // Y (rows, out) = X B + bias, or Y += X B + bias when accumulate, with B's entry (k, o) at
-// B[k * row_stride + o * column_stride]: a matrix read in place in any layout (W^T from W; a tap of Conv1d's
+// B[k * row_stride + o * column_stride]: a matrix read in place in any layout (W^T from W; one tap of a Conv1d
 // (out, in, k) weight, strides k and in * k), never copied whole. X rows ldx apart, Y rows ldy apart; bias (out) or
 // null. Always through packed panels; the bits of rows_times_matrix on a row-major copy of B. With in = 0: Y = bias
 // (0 without one), or Y += bias when accumulating.
