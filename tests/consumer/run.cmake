@@ -21,8 +21,9 @@ elseif(MODE STREQUAL "find_package")
   run(${CMAKE_COMMAND} -S ${ATTEND_SOURCE_DIR} -B ${WORK_DIR}/attend-build -DCMAKE_CXX_COMPILER=${CXX}
       -DATTEND_BUILD_TESTS=OFF -DATTEND_BUILD_EXAMPLES=OFF -DATTEND_BUILD_BENCHMARKS=OFF)
   run(${CMAKE_COMMAND} --install ${WORK_DIR}/attend-build --prefix ${WORK_DIR}/prefix)
+  # The installed headers, used the second way: the kernels in a file of their own.
   run(${CMAKE_COMMAND} -S ${consumer_source} -B ${WORK_DIR}/build -DCMAKE_CXX_COMPILER=${CXX}
-      -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+      -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DSEPARATE_KERNELS=ON)
 else()
   message(FATAL_ERROR "MODE must be subdirectory or find_package, got '${MODE}'")
 endif()
