@@ -118,10 +118,10 @@ struct Kernels {
                                 FlashWorkspace<Scalar>& ws, const AttentionDropout& dropout, Scalar* lse);
   void (*tiny_scores)(const Scalar* Q, Index ldq, const Scalar* K, Index ldk, Index num_queries, Index num_keys,
                       Index d, Scalar scale, Scalar* scores, Index lds);
-  // Y (rows <= tuning::few_rows, out) = X W^T + bias reading W (out, in) in place, or null where the level has none
-  // (avx512/few_rows_projection.hpp)
-  void (*few_rows_projection)(const Scalar* X, Index ldx, Index rows, Index in, const Scalar* W, Index out,
-                              const Scalar* bias, Scalar* Y, Index ldy);
+  // For each of `count` products, Y (rows <= tuning::few_rows, out) = X W^T + bias reading W (out, in) in place, X
+  // copied once for all of them; or null where the level has none (avx512/few_rows_projection.hpp)
+  void (*few_rows_projection)(const Scalar* X, Index ldx, Index rows, Index in, const FewRowsProduct<Scalar>* products,
+                              Index count);
 };
 
 #define ATTEND_KERNELS_OF(level, few_rows)                                                                            \

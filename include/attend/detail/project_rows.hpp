@@ -10,7 +10,8 @@
 // self-attention), each chunk of X is used by all of them while it is in cache: one pass over X.
 //
 // At most tuning::few_rows rows (the seed's 8) of floats on the avx512 level take neither: the level's
-// few_rows_projection (detail/avx512/few_rows_projection.hpp) reads W as it is, with no kept copy to compare.
+// few_rows_projection (detail/avx512/few_rows_projection.hpp) reads W as it is, with no kept copy to compare, and
+// interleaves X once for all the projections of a call.
 #pragma once
 
 #include <attend/config.hpp>
@@ -56,14 +57,24 @@ bool takes_few_rows(const Kernels<Scalar>& kernel, Index rows, Index in) {
 
 // Every projection of `projections` applied to the same X (rows, in); see the top of this file. Shapes must have
 // been checked by the caller.
+constexpr Index few_rows_products = 3;  // Q, K and V of self-attention: the most any caller passes
+
 template <class Scalar>
 void project_rows(const Eigen::Ref<const Matrix<Scalar>>& X, std::initializer_list<Projection<Scalar>> projections) {
   const Index rows = X.rows(), in = X.cols();
   if (rows == 0) return;
   const Kernels<Scalar>& kernel = kernels<Scalar>();
-  if (takes_few_rows(kernel, rows, in)) {
-    for (const Projection<Scalar>& p : projections)
-      kernel.few_rows_projection(X.data(), X.outerStride(), rows, in, p.W, p.out, p.bias, p.Y, p.y_stride);
+  if (takes_few_rows(kernel, rows, in)) {  // one call for up to few_rows_products of them: X is copied once
+    FewRowsProduct<Scalar> products[few_rows_products];
+    Index count = 0;
+    for (const Projection<Scalar>& p : projections) {
+      products[count++] = {p.W, p.out, p.bias, p.Y, p.y_stride};
+      if (count == few_rows_products) {
+        kernel.few_rows_projection(X.data(), X.outerStride(), rows, in, products, count);
+        count = 0;
+      }
+    }
+    if (count > 0) kernel.few_rows_projection(X.data(), X.outerStride(), rows, in, products, count);
     return;
   }
   // Each kept W^T refreshed. May allocate: before the parallel region.

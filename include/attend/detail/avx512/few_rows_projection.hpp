@@ -25,6 +25,25 @@
 #include <cstring>
 #include <type_traits>
 
+namespace attend {
+inline namespace ATTEND_ABI {
+namespace detail {
+
+// One product of the few-rows projection: Y (rows, out) = X W^T + bias, W (out, in) contiguous, bias (out) or null, Y
+// rows ldy apart.
+template <class Scalar>
+struct FewRowsProduct {
+  const Scalar* W;
+  Index out;
+  const Scalar* bias;
+  Scalar* Y;
+  Index ldy;
+};
+
+}  // namespace detail
+}  // namespace ATTEND_ABI
+}  // namespace attend
+
 #ifdef ATTEND_X86_DISPATCH
 
 ATTEND_TARGET_AVX512_BEGIN
@@ -118,17 +137,19 @@ void few_rows_times_weight_in(const float* quads, Index rows, Index in, const fl
 }
 
 
-// Y (rows, out) = X W^T + bias for X (rows <= tuning::few_rows, in <= tuning::few_rows_max_in) rows ldx apart, W
-// (out, in) contiguous, bias (out) or null, Y rows ldy apart: X interleaved, then blocks of 8 outputs, then one block
-// of the rest.
-inline void few_rows_projection(const float* X, Index ldx, Index rows, Index in, const float* W, Index out,
-                                const float* bias, float* Y, Index ldy) {
+// Each of the `count` products of the same X (rows <= tuning::few_rows, in <= tuning::few_rows_max_in), rows ldx
+// apart: X interleaved once, then for each product blocks of 8 outputs and one block of the rest.
+inline void few_rows_projection(const float* X, Index ldx, Index rows, Index in, const FewRowsProduct<float>* products,
+                                Index count) {
   alignas(64) float quads[few_rows_copy_size];  // (ceil(in / 4), 2, 16): X's rows interleaved
   interleave_step_quads(X, ldx, rows, in, quads);
-  if (rows > 4) {
-    few_rows_times_weight_in<2>(quads, rows, in, W, out, bias, Y, ldy);
-  } else {
-    few_rows_times_weight_in<1>(quads, rows, in, W, out, bias, Y, ldy);
+  for (Index i = 0; i < count; ++i) {
+    const FewRowsProduct<float>& p = products[i];
+    if (rows > 4) {
+      few_rows_times_weight_in<2>(quads, rows, in, p.W, p.out, p.bias, p.Y, p.ldy);
+    } else {
+      few_rows_times_weight_in<1>(quads, rows, in, p.W, p.out, p.bias, p.Y, p.ldy);
+    }
   }
 }
 
@@ -148,7 +169,7 @@ namespace avx512 {
 // The few-rows projection of Scalar on the avx512 level, or null: floats only.
 template <class Scalar>
 constexpr auto few_rows_projection_of() {
-  using Entry = void (*)(const Scalar*, Index, Index, Index, const Scalar*, Index, const Scalar*, Scalar*, Index);
+  using Entry = void (*)(const Scalar*, Index, Index, Index, const FewRowsProduct<Scalar>*, Index);
 #ifdef ATTEND_X86_DISPATCH
   if constexpr (std::is_same<Scalar, float>::value) return static_cast<Entry>(&few_rows_projection);
 #endif
