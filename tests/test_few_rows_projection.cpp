@@ -1,8 +1,9 @@
-// Projections of at most 8 rows (detail/avx512/few_rows_projection.hpp, through detail/project_rows.hpp): X W^T + b against
-// the definition over the kernel's block shapes (rows 1-8 in one or two packets, inputs around its groups of 4 steps,
-// outputs around its blocks of 8 and groups of 4); infinities and NaNs where the definition puts them, nothing written
-// past the outputs; and the path itself: taken for floats on the avx512 level, never elsewhere. The suite runs once
-// per level (ATTEND_ISA), so these check every level's projections of few rows.
+// Projections of at most 8 rows (detail/avx512/few_rows_projection.hpp, through detail/project_rows.hpp): X W^T + b
+// against the definition over the kernel's block shapes (rows 1-8 in one or two packets, inputs around its groups of 4
+// steps, outputs around its blocks of 8 and groups of 4); several projections of one X in a call; infinities and NaNs
+// where the definition puts them, nothing written past the outputs; and the path itself: taken for floats on the
+// avx512 level, never elsewhere. The suite runs once per level (ATTEND_ISA), so these check every level's projections
+// of few rows.
 #include <attend/detail/kernels.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/random.hpp>
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 using attend::Index;
 using attend::Matrix;
@@ -72,6 +74,37 @@ TEMPLATE_TEST_CASE("project_rows on at most 8 rows gives X W^T + b, and writes n
   const Matrix<TestType> Y = projected(X, W, b, out + 3, kept);  // (rows, out + 3)
   REQUIRE(worst_error_ratio<TestType>(Y.leftCols(out), X, W, b) <= 1.0);
   REQUIRE((Y.rightCols(3).array() == TestType(7)).all());
+}
+
+TEMPLATE_TEST_CASE("project_rows on at most 8 rows: several projections of one X in a call, each its own X W^T + b",
+                   "[few_rows_projection]", float, double) {
+  // Q, K and V of self-attention share X's copy; four projections go as three and one. Widths differ, each Y has its
+  // own stride, one projection has no bias; each is the projection alone, bit for bit, and within the definition.
+  const Index rows = GENERATE(3, 8), in = 37;
+  CAPTURE(rows);
+  const Matrix<TestType> X = random_matrix<TestType>(rows, in, 9);  // (rows, in)
+  const Index outs[4] = {5, 16, 9, 21};
+  std::vector<Matrix<TestType>> W, Y, alone;
+  std::vector<Vector<TestType>> b;
+  for (int i = 0; i < 4; ++i) {
+    W.push_back(random_matrix<TestType>(outs[i], in, 10 + i));  // (out_i, in)
+    b.push_back(i == 2 ? Vector<TestType>() : Vector<TestType>(random_matrix<TestType>(outs[i], 1, 20 + i)));
+    Y.push_back(Matrix<TestType>::Constant(rows, outs[i] + i, TestType(7)));  // (rows, out_i + i)
+    TransposedWeight<TestType> kept;
+    alone.push_back(projected(X, W[i], b[i], outs[i] + i, kept));
+  }
+  std::vector<attend::detail::Projection<TestType>> p;
+  for (int i = 0; i < 4; ++i) {
+    p.push_back(attend::detail::projection(W[i], b[i], Y[i].data()));
+    p.back().y_stride = outs[i] + i;
+  }
+  attend::detail::project_rows<TestType>(X, {p[0], p[1], p[2], p[3]});
+  for (int i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    REQUIRE(Y[i] == alone[i]);
+    REQUIRE(worst_error_ratio<TestType>(Y[i].leftCols(outs[i]), X, W[i], b[i]) <= 1.0);
+    REQUIRE((Y[i].rightCols(i).array() == TestType(7)).all());
+  }
 }
 
 TEMPLATE_TEST_CASE("project_rows on at most 8 rows: infinities and NaNs reach only the outputs they are in",
