@@ -78,7 +78,7 @@ TEMPLATE_TEST_CASE("project_rows on at most 8 rows gives X W^T + b, and writes n
 
 TEMPLATE_TEST_CASE("project_rows on at most 8 rows: several projections of one X in a call, each its own X W^T + b",
                    "[few_rows_projection]", float, double) {
-  // Q, K and V of self-attention share X's copy; four projections go as three and one. Widths differ, each Y has its
+  // Q, K and V of self-attention share X's copy; here four projections in one call. Widths differ, each Y has its
   // own stride, one projection has no bias; each is the projection alone, bit for bit, and within the definition.
   const Index rows = GENERATE(3, 8), in = 37;
   CAPTURE(rows);

@@ -1,7 +1,7 @@
 // attend/separate_kernels.hpp — attend's kernels compiled in one translation unit instead of in every one.
 //
 // attend is header-only, and each translation unit that runs a module compiles the kernels of every instruction-set
-// level for float and double: most of its compile time (about 30 s of g++ -O3). A program with many such files may
+// level for float and double: most of its compile time (docs/ARCHITECTURE.md). A program with many such files may
 // compile them once:
 //
 //   - define ATTEND_SEPARATE_KERNELS for every file of the program (target_compile_definitions), so that attend's

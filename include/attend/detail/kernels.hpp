@@ -118,9 +118,9 @@ struct Kernels {
                                 FlashWorkspace<Scalar>& ws, const AttentionDropout& dropout, Scalar* lse);
   void (*tiny_scores)(const Scalar* Q, Index ldq, const Scalar* K, Index ldk, Index num_queries, Index num_keys,
                       Index d, Scalar scale, Scalar* scores, Index lds);
-  // For each of `count` products, Y (rows <= tuning::few_rows, out) = X W^T + bias reading W (out, in) in place, X
-  // copied once for all of them; or null where the level has none (avx512/few_rows_projection.hpp)
-  void (*few_rows_projection)(const Scalar* X, Index ldx, Index rows, Index in, const FewRowsProduct<Scalar>* products,
+  // For each of `count` projections, Y (rows <= tuning::few_rows, out) = X W^T + bias reading W (out, in) in place,
+  // X copied once for all of them; or null where the level has none (avx512/few_rows_projection.hpp)
+  void (*few_rows_projection)(const Scalar* X, Index ldx, Index rows, Index in, const Projection<Scalar>* projections,
                               Index count);
 };
 
@@ -152,7 +152,7 @@ const Kernels<Scalar>& kernels_for(Isa isa) {
 #undef ATTEND_KERNELS_OF
 
 // With ATTEND_SEPARATE_KERNELS defined, a translation unit does not compile the kernels: it uses the tables that the
-// one file including <attend/separate_kernels.hpp> compiles (about 30 s of g++ -O3 for float and double together).
+// one file including <attend/separate_kernels.hpp> compiles.
 #ifdef ATTEND_SEPARATE_KERNELS
 extern template const Kernels<float>& kernels_for<float>(Isa);
 extern template const Kernels<double>& kernels_for<double>(Isa);

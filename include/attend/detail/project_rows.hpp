@@ -16,6 +16,7 @@
 
 #include <attend/config.hpp>
 #include <attend/detail/kernels.hpp>
+#include <attend/detail/projection.hpp>
 #include <attend/detail/transposed_weight.hpp>
 #include <attend/detail/tuning.hpp>
 #include <attend/tensor.hpp>
@@ -30,25 +31,6 @@ namespace detail {
 
 using tuning::rows_per_chunk;
 
-// One projection of a batch of rows: X (rows, in) -> Y (rows, out) = X W^T + b.
-template <class Scalar>
-struct Projection {
-  const Scalar* W;     // (out, in), contiguous, row-major
-  Index out;           // W's rows
-  const Scalar* bias;  // (out), or null
-  Scalar* Y;           // (rows, out), row-major, rows y_stride apart
-  Index y_stride;
-  TransposedWeight<Scalar>* kept = nullptr;  // where W^T is kept between calls, or null: a copy for this call
-};
-
-// A projection from a weight matrix and a bias vector (empty: none) into a contiguous Y (rows, W.rows()); kept:
-// where W^T may be kept between calls, or null.
-template <class Scalar>
-Projection<Scalar> projection(const Matrix<Scalar>& W, const Vector<Scalar>& bias, Scalar* Y,
-                              TransposedWeight<Scalar>* kept = nullptr) {
-  return {W.data(), W.rows(), bias.size() > 0 ? bias.data() : nullptr, Y, W.rows(), kept};
-}
-
 // Whether the few-rows projection takes X of `rows` rows and `in` columns on `kernel`'s level.
 template <class Scalar>
 bool takes_few_rows(const Kernels<Scalar>& kernel, Index rows, Index in) {
@@ -57,24 +39,14 @@ bool takes_few_rows(const Kernels<Scalar>& kernel, Index rows, Index in) {
 
 // Every projection of `projections` applied to the same X (rows, in); see the top of this file. Shapes must have
 // been checked by the caller.
-constexpr Index few_rows_products = 3;  // Q, K and V of self-attention: the most any caller passes
-
 template <class Scalar>
 void project_rows(const Eigen::Ref<const Matrix<Scalar>>& X, std::initializer_list<Projection<Scalar>> projections) {
   const Index rows = X.rows(), in = X.cols();
   if (rows == 0) return;
   const Kernels<Scalar>& kernel = kernels<Scalar>();
-  if (takes_few_rows(kernel, rows, in)) {  // one call for up to few_rows_products of them: X is copied once
-    FewRowsProduct<Scalar> products[few_rows_products];
-    Index count = 0;
-    for (const Projection<Scalar>& p : projections) {
-      products[count++] = {p.W, p.out, p.bias, p.Y, p.y_stride};
-      if (count == few_rows_products) {
-        kernel.few_rows_projection(X.data(), X.outerStride(), rows, in, products, count);
-        count = 0;
-      }
-    }
-    if (count > 0) kernel.few_rows_projection(X.data(), X.outerStride(), rows, in, products, count);
+  if (takes_few_rows(kernel, rows, in)) {  // one call for all of them: X is copied once
+    kernel.few_rows_projection(X.data(), X.outerStride(), rows, in, projections.begin(),
+                               static_cast<Index>(projections.size()));
     return;
   }
   // Each kept W^T refreshed. May allocate: before the parallel region.

@@ -63,8 +63,9 @@ constexpr Eigen::Index product_panel_width = 128 * 4 / sizeof(Scalar);  // 512 b
 
 // Packing a panel of B whose rows lie closer than its columns, neither of them adjacent (strided_times_matrix's general
 // layout, such as one tap of Conv1d's (out, in, k) weight: strides k and k * in), writes this many steps of a
-// micro-panel at a time, at most 64 rows of 256 bytes: they stay in L1 while every column is written (3-5 % less time
-// than whole columns for such taps at d = 256; docs/PERFORMANCE.md).
+// micro-panel at a time, at most 64 rows of 256 bytes, so that they stay in L1 while every column is written rather
+// than a whole column's rows being evicted before the next column reaches them (docs/PERFORMANCE.md, "Design
+// measurements").
 constexpr Eigen::Index pack_block_steps = 64;
 
 // A product of at least this many rows copies each panel of B into contiguous micro-panels first

@@ -18,31 +18,13 @@
 #pragma once
 
 #include <attend/config.hpp>
+#include <attend/detail/projection.hpp>
 #include <attend/detail/target.hpp>
 #include <attend/detail/tuning.hpp>
 #include <attend/tensor.hpp>
 
 #include <cstring>
 #include <type_traits>
-
-namespace attend {
-inline namespace ATTEND_ABI {
-namespace detail {
-
-// One product of the few-rows projection: Y (rows, out) = X W^T + bias, W (out, in) contiguous, bias (out) or null, Y
-// rows ldy apart.
-template <class Scalar>
-struct FewRowsProduct {
-  const Scalar* W;
-  Index out;
-  const Scalar* bias;
-  Scalar* Y;
-  Index ldy;
-};
-
-}  // namespace detail
-}  // namespace ATTEND_ABI
-}  // namespace attend
 
 #ifdef ATTEND_X86_DISPATCH
 
@@ -137,18 +119,19 @@ void few_rows_times_weight_in(const float* quads, Index rows, Index in, const fl
 }
 
 
-// Each of the `count` products of the same X (rows <= tuning::few_rows, in <= tuning::few_rows_max_in), rows ldx
-// apart: X interleaved once, then for each product blocks of 8 outputs and one block of the rest.
-inline void few_rows_projection(const float* X, Index ldx, Index rows, Index in, const FewRowsProduct<float>* products,
+// Each of the `count` projections of the same X (rows <= tuning::few_rows, in <= tuning::few_rows_max_in), rows ldx
+// apart, reading W as it is (a kept W^T is not used): X interleaved once, then for each projection blocks of 8
+// outputs and one block of the rest.
+inline void few_rows_projection(const float* X, Index ldx, Index rows, Index in, const Projection<float>* projections,
                                 Index count) {
   alignas(64) float quads[few_rows_copy_size];  // (ceil(in / 4), 2, 16): X's rows interleaved
   interleave_step_quads(X, ldx, rows, in, quads);
   for (Index i = 0; i < count; ++i) {
-    const FewRowsProduct<float>& p = products[i];
+    const Projection<float>& p = projections[i];
     if (rows > 4) {
-      few_rows_times_weight_in<2>(quads, rows, in, p.W, p.out, p.bias, p.Y, p.ldy);
+      few_rows_times_weight_in<2>(quads, rows, in, p.W, p.out, p.bias, p.Y, p.y_stride);
     } else {
-      few_rows_times_weight_in<1>(quads, rows, in, p.W, p.out, p.bias, p.Y, p.ldy);
+      few_rows_times_weight_in<1>(quads, rows, in, p.W, p.out, p.bias, p.Y, p.y_stride);
     }
   }
 }
@@ -169,7 +152,7 @@ namespace avx512 {
 // The few-rows projection of Scalar on the avx512 level, or null: floats only.
 template <class Scalar>
 constexpr auto few_rows_projection_of() {
-  using Entry = void (*)(const Scalar*, Index, Index, Index, const FewRowsProduct<Scalar>*, Index);
+  using Entry = void (*)(const Scalar*, Index, Index, Index, const Projection<Scalar>*, Index);
 #ifdef ATTEND_X86_DISPATCH
   if constexpr (std::is_same<Scalar, float>::value) return static_cast<Entry>(&few_rows_projection);
 #endif
