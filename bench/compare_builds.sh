@@ -3,6 +3,8 @@
 #   bench/compare_builds.sh [build dir] [alternations]          the default-flags build against the -march=native one
 #   bench/compare_builds.sh [build dir] [alternations] LEVEL    the default build forced to LEVEL (ATTEND_ISA) against
 #                                                               the same build on the level it chooses
+#   bench/compare_builds.sh [build dir] [alternations] PROGRAM  another forward_time (a copy kept from an earlier
+#                                                               build, say) against this build's
 # Each run prints one median per shape; the table gives the median over the alternations of each, and A / B (above 1:
 # A is slower).
 set -euo pipefail
@@ -14,6 +16,11 @@ if [[ -z "$level" ]]; then
   run_b() { "$build/bench/forward_time_native" 5; }
   name_a="default build"
   name_b="native build"
+elif [[ -x "$level" && -f "$level" ]]; then
+  run_a() { env -u ATTEND_ISA "$level" 5; }
+  run_b() { env -u ATTEND_ISA "$build/bench/forward_time" 5; }
+  name_a="$level"
+  name_b="$build/bench/forward_time"
 else
   run_a() { ATTEND_ISA="$level" "$build/bench/forward_time" 5; }
   run_b() { env -u ATTEND_ISA "$build/bench/forward_time" 5; }

@@ -1,8 +1,10 @@
 // The kept transposed weight (detail/transposed_weight.hpp): Y = X W^T + b from W^T kept between calls, against the
 // definition; the same bits whatever the number of rows per call; never stale when W changes between calls, through
 // MultiHeadAttention's workspace too. And the kernel under it (detail/rows_times_matrix.hpp) in its accumulating mode
-// and over no inner dimension, its forms with X given transposed and with B read in place in any layout, and the
-// blocked transpose of the tiled kernel's K^T copy (detail/transpose.hpp).
+// and over no inner dimension, its forms with X given transposed, with B read in place in any layout and with B
+// packed once by its caller (the tiled kernel's K^T and V blocks, in packet-aligned buffers), and the blocked
+// transpose (detail/transpose.hpp).
+#include <attend/detail/packet_buffer.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/detail/rows_times_matrix.hpp>
 #include <attend/detail/transpose.hpp>
@@ -15,6 +17,8 @@
 #include <support/random_tensor.hpp>
 
 #include <algorithm>
+#include <cstdint>
+#include <utility>
 
 using attend::Index;
 using attend::Matrix;
@@ -306,6 +310,63 @@ TEMPLATE_TEST_CASE("strided_times_matrix gives X B + bias, or adds it, reading B
   if (accumulate) expected += Y0.template cast<double>();
   REQUIRE_THAT(Y, attend_test::Near(expected, tolerance_of_sums<TestType>(in)));
   REQUIRE(Y == copied);  // bit for bit
+}
+
+TEMPLATE_TEST_CASE("packed_times_matrix over part of a panel pack_panel packed gives the bits of rows_times_matrix",
+                   "[transposed_weight]", float, double) {
+  // A panel packed `depth` steps deep and `stored` columns wide (B stored by rows, or by columns as W^T read from W),
+  // read over its first steps and columns, as the tiled kernel reads a last key block cut short; rows around the row
+  // blocks, columns around the micro-panels (16 to 64 lanes) and past a panel's width (tuning::product_panel_width).
+  const Index rows = GENERATE(1, 5, 6, 13, 70);
+  const Index depth = GENERATE(1, 9, 300);
+  const Index stored = GENERATE(3, 16, 33, 130, 200);
+  const bool all_steps = GENERATE(true, false), all_columns = GENERATE(true, false);
+  const Index steps = all_steps ? depth : depth - depth / 3, columns = all_columns ? stored : stored - stored / 3;
+  const bool by_rows = GENERATE(true, false);
+  const bool accumulate = GENERATE(true, false);
+  CAPTURE(rows, depth, stored, steps, columns, by_rows, accumulate);
+  const attend::detail::Kernels<TestType>& kernel = attend::detail::kernels<TestType>();
+  const Matrix<TestType> B = random_matrix<TestType>(depth, stored, 41);  // (depth, stored)
+  const Matrix<TestType> Bt = B.transpose();                               // (stored, depth): B by columns
+  attend::detail::PacketBuffer<TestType> packed;
+  packed.resize(depth * attend::detail::padded_to_packets<TestType>(stored));
+  if (by_rows) {
+    kernel.pack_panel(B.data(), stored, 1, depth, stored, packed.data());
+  } else {
+    kernel.pack_panel(Bt.data(), 1, depth, depth, stored, packed.data());
+  }
+  const Matrix<TestType> X = random_matrix<TestType>(rows, steps + 2, 42);          // (rows, steps + 2)
+  const Matrix<TestType> Y0 = random_matrix<TestType>(rows, columns, 43);           // (rows, columns)
+  const Vector<TestType> bias = random_matrix<TestType>(1, columns, 44).transpose();  // (columns)
+  const Matrix<TestType> part = B.topLeftCorner(steps, columns);                     // (steps, columns)
+  Matrix<TestType> Y = Y0, copied = Y0;                                              // (rows, columns)
+  kernel.packed_times_matrix(accumulate, X.data(), steps + 2, rows, steps, columns, packed.data(), depth, stored,
+                             bias.data(), Y.data(), columns);
+  kernel.rows_times_matrix(accumulate, X.data(), steps + 2, rows, steps, part.data(), columns, columns, false,
+                           bias.data(), copied.data(), columns);
+  Matrix<double> expected =
+      affine_by_definition(Matrix<TestType>(X.leftCols(steps)), Matrix<TestType>(part.transpose()), bias);
+  if (accumulate) expected += Y0.template cast<double>();
+  REQUIRE_THAT(Y, attend_test::Near(expected, tolerance_of_sums<TestType>(steps)));
+  REQUIRE(Y == copied);  // bit for bit
+}
+
+TEMPLATE_TEST_CASE("A PacketBuffer starts on a packet boundary, and a copy of one starts empty", "[transposed_weight]",
+                   float, double) {
+  attend::detail::PacketBuffer<TestType> buffer;
+  REQUIRE(buffer.data() == nullptr);
+  buffer.resize(100);
+  TestType* first = buffer.data();
+  REQUIRE(reinterpret_cast<std::uintptr_t>(first) % attend::detail::tuning::widest_packet_bytes == 0);
+  buffer.resize(60);  // room enough: the same memory
+  REQUIRE(buffer.data() == first);
+  const attend::detail::PacketBuffer<TestType> copy = buffer;
+  REQUIRE(copy.data() == nullptr);
+  attend::detail::PacketBuffer<TestType> moved = std::move(buffer);
+  REQUIRE(moved.data() == first);
+  REQUIRE(buffer.data() == nullptr);  // NOLINT(bugprone-use-after-move): a moved-from buffer is empty
+  buffer.resize(10);
+  REQUIRE(buffer.data() != nullptr);
 }
 
 TEMPLATE_TEST_CASE("transposed_times_matrix and strided_times_matrix over no inner dimension, or into no rows, read "

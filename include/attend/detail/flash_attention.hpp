@@ -6,8 +6,8 @@
 // flash_attention_heads() has the contract of scaled_dot_product_heads() (attend_rows.hpp): Q, K, V and the output
 // are views of heads side by side in the columns of row-major matrices (detail/heads.hpp), read and written in place;
 // query head h reads key/value head h / (query heads / key/value heads); the mask of batch row b applies to all its
-// heads. K is first copied per (batch row, key/value head), transposed, a panel per key block, and V likewise when
-// its rows are far apart (FlashBuffers, detail/flash_workspace.hpp).
+// heads. K^T and V are first copied per (batch row, key/value head) and key block, packed for the row kernel
+// (FlashBuffers, detail/flash_workspace.hpp).
 //
 // One work item is (batch row b, head h, a block of Br query rows); for it (detail/kernels/flash-inl.hpp):
 //   Qs = Q_blk / sqrt(d)                                      (br, d)    the scale, folded in once
@@ -20,8 +20,8 @@
 //       3. a = exp(m_i - m'),  l_i = a l_i + sum_j P_ij,  O_i = a O_i,  m_i = m'
 //     O += P V_blk                                            (br, dv)   the row kernel
 //   output row i = O_i / l_i, or, for a row that sees no key, the mask's FullyMasked rule.
-// Extra memory: the per-thread workspace, O(Br (d + dv + Bc)), whatever the sequence length, and the head-major
-// copies of K (transposed) and, when made, of V: the size of K and V. The direct path holds
+// Extra memory: the per-thread workspace, O(Br (d + dv + Bc)), whatever the sequence length, and the packed copies
+// of K^T and V: the size of K and V, each key block padded to whole packets. The direct path holds
 // (batch * num_heads, num_queries, num_keys) weights.
 //
 // Masking, as d2l's -1e6 replacement where it matters (see mask.hpp): in a row that sees at least one key, a masked
@@ -93,21 +93,13 @@ void flash_attention_heads(const Heads<const Scalar>& Q, const Heads<const Scala
       for (Index h = 0; h < num_heads; ++h) output.head(b, h).setZero();
     return;
   }
-  // Head-major copies (see FlashBuffers): K^T always; V's when a head's value rows, spread over more than 1 MiB, are
-  // read again by later query blocks, or whenever the row kernel could not read them in whole packets in place.
-  const double value_span = static_cast<double>(num_keys) * static_cast<double>(V.row_stride) * sizeof(Scalar);
-  const bool spread = V.row_stride > dv && value_span > tuning::flash_value_copy_span;
-  const bool copy_values = (spread && query_blocks * group > 1) || dv % row_packet_size<Scalar> != 0;
-  // Sized before the parallel region, so that running out of memory throws instead of ending the program there.
+  // The packed copies of K^T and V (see FlashBuffers), sized before the parallel region, so that running out of
+  // memory throws instead of ending the program there.
   const Index panels = (num_keys + blocks.key_rows - 1) / blocks.key_rows;
-  const Index panel_width = padded_to_packets<Scalar>(blocks.key_rows), panel_size = d * panel_width;
-  // Panel t of kv_pair p: panel_size elements from (p panels + t) panel_size.
-  buffers.KT.resize(kv_pairs * panels * d, panel_width);
-  const Index padded_dv = padded_to_packets<Scalar>(dv);
-  if (copy_values) {
-    buffers.V.resize(kv_pairs * num_keys, padded_dv);
-    buffers.V.rightCols(padded_dv - dv).setZero();  // the copies below write columns [0, dv)
-  }
+  const Index panel_size = d * padded_to_packets<Scalar>(blocks.key_rows);
+  const Index value_panel_size = blocks.key_rows * padded_to_packets<Scalar>(dv);
+  buffers.KT.resize(kv_pairs * panels * panel_size);
+  buffers.V.resize(kv_pairs * panels * value_panel_size);
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel regions: it may throw
   buffers.threads.resize(static_cast<std::size_t>(num_threads()));
   for (FlashWorkspace<Scalar>& ws : buffers.threads) ws.resize(blocks, d, dv);
@@ -117,27 +109,24 @@ void flash_attention_heads(const Heads<const Scalar>& Q, const Heads<const Scala
   const double total_work = all_pairs * static_cast<double>(d + dv);
   parallel_for(kv_pairs, total_work, [&](Index kv_pair, int) {
     const Index b = kv_pair / kv_heads, g = kv_pair % kv_heads;
-    for (Index t = 0; d > 0 && t < panels; ++t) {
+    for (Index t = 0; t < panels; ++t) {
       const Index k0 = t * blocks.key_rows, width = std::min(blocks.key_rows, num_keys - k0);
-      Scalar* panel = buffers.KT.data() + (kv_pair * panels + t) * panel_size;  // (d, panel_width)
-      kernel.transpose_into(K.at(b, g, k0), K.row_stride, width, d, panel, panel_width);  // from (width, d)
-      for (Index c = 0; c < d; ++c)  // the padding of a last, narrower panel
-        std::fill(panel + c * panel_width + width, panel + (c + 1) * panel_width, Scalar(0));
+      const Index pair_panel = kv_pair * panels + t;
+      // K^T (d, width): entry (c, key) at K[key * row_stride + c]; the values (width, dv) as stored
+      kernel.pack_panel(K.at(b, g, k0), 1, K.row_stride, d, width, buffers.KT.data() + pair_panel * panel_size);
+      kernel.pack_panel(V.at(b, g, k0), V.row_stride, 1, width, dv,
+                        buffers.V.data() + pair_panel * value_panel_size);
     }
-    if (copy_values) buffers.V.block(kv_pair * num_keys, 0, num_keys, dv) = V.head(b, g);
   });
   parallel_for(items, total_work, [&](Index item, int thread) {
     const Index qb = item % query_blocks, pair = item / query_blocks;
     const Index b = pair / num_heads, h = pair % num_heads, kv_pair = b * kv_heads + h / group;
     const Index q0 = qb * blocks.query_rows;
     using View = typename HeadKeys<Scalar>::View;
-    // The key/value head's K^T and first value: in the copies, or in V (with dv 0, V's data may be null and the
-    // offset is 0).
-    const Scalar* values_at = copy_values ? buffers.V.data() + kv_pair * num_keys * buffers.V.outerStride()
-                                          : V.at(b, h / group, 0);
-    const Index value_stride = copy_values ? buffers.V.outerStride() : V.row_stride;
-    const HeadKeys<Scalar> keys{buffers.KT.data() + kv_pair * panels * panel_size, panel_width, panel_size,
-                                View(values_at, num_keys, dv, Eigen::OuterStride<>(value_stride))};
+    // With dv = 0, V's data may be null and the offset is 0.
+    const HeadKeys<Scalar> keys{buffers.KT.data() + kv_pair * panels * panel_size, panel_size,
+                                buffers.V.data() + kv_pair * panels * value_panel_size, value_panel_size,
+                                View(V.at(b, h / group, 0), num_keys, dv, Eigen::OuterStride<>(V.row_stride))};
     const Index br = std::min(blocks.query_rows, num_queries - q0);
     kernel.flash_attention_block(Q, keys, b, h, q0, br, mask, output, blocks,
                                  buffers.threads[static_cast<std::size_t>(thread)], dropout,

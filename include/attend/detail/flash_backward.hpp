@@ -27,6 +27,7 @@
 #include <attend/detail/heads.hpp>
 #include <attend/detail/kernels.hpp>
 #include <attend/detail/mask_row.hpp>
+#include <attend/detail/packet_buffer.hpp>
 #include <attend/detail/tuning.hpp>
 #include <attend/mask.hpp>
 #include <attend/tensor.hpp>
@@ -42,16 +43,20 @@ namespace detail {
 template <class Scalar>
 struct FlashBackwardScratch {
   FlashBackwardScratch(Index br, Index bc, Index d, Index dv)
-      : KT(Matrix<Scalar>::Zero(d, padded_to_packets<Scalar>(bc))),
-        VT(Matrix<Scalar>::Zero(dv, padded_to_packets<Scalar>(bc))),
-        Qs(br, d),
+      : Qs(br, d),
         P(br, bc),
         dropped(br, bc),
         dP(br, bc),
         dK(bc, d),
         dV(bc, dv),
-        keys(static_cast<std::size_t>(br)) {}
-  Matrix<Scalar> KT, VT;          // (d, bc padded), (dv, bc padded): the key block's K^T and V^T, padding 0
+        keys(static_cast<std::size_t>(br)) {
+    KT.resize(d * padded_to_packets<Scalar>(bc));
+    VT.resize(dv * padded_to_packets<Scalar>(bc));
+    K.resize(bc * padded_to_packets<Scalar>(d));
+  }
+  // The key block's K^T (d, bc), V^T (dv, bc) and K (bc, d), each packed once for the products of every query block
+  // (Kernels::pack_panel)
+  PacketBuffer<Scalar> KT, VT, K;
   Matrix<Scalar> Qs;              // (br, d): the query block over sqrt(d)
   Matrix<Scalar> P;               // (br, bc): the weights
   Matrix<Scalar> dropped;         // (br, bc): P * F
@@ -101,8 +106,10 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
   // Partial dQ of group s for pair p: rows (s * pairs + p) * num_queries .., not yet scaled.
   Matrix<Scalar> partial_dQ = Matrix<Scalar>::Zero(groups * pairs * num_queries, d);
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
-  std::vector<FlashBackwardScratch<Scalar>> scratch(static_cast<std::size_t>(num_threads()),
-                                                    FlashBackwardScratch<Scalar>(br, bc, d, dv));
+  std::vector<FlashBackwardScratch<Scalar>> scratch;  // one per thread
+  const auto threads = static_cast<std::size_t>(num_threads());
+  scratch.reserve(threads);
+  while (scratch.size() < threads) scratch.emplace_back(br, bc, d, dv);
   const double total = static_cast<double>(pairs) * static_cast<double>(num_queries) * static_cast<double>(num_keys) *
                        static_cast<double>(3 * d + 2 * dv);
   parallel_for(kv_pairs * groups, total, [&](Index item, int thread) {
@@ -111,16 +118,13 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
     const Index b = kv_pair / kv_heads, g = kv_pair % kv_heads;
     for (Index t = split; t < key_blocks; t += groups) {
       const Index k0 = t * bc, kc = std::min(bc, num_keys - k0);  // keys [k0, k0 + kc)
-      kernel.transpose_into(K.at(b, g, k0), K.row_stride, kc, d, s.KT.data(), s.KT.outerStride());
-      kernel.transpose_into(V.at(b, g, k0), V.row_stride, kc, dv, s.VT.data(), s.VT.outerStride());
-      for (Index c = 0; kc < bc && c < d; ++c) s.KT.row(c).segment(kc, bc - kc).setZero();
-      for (Index c = 0; kc < bc && c < dv; ++c) s.VT.row(c).segment(kc, bc - kc).setZero();
+      kernel.pack_panel(K.at(b, g, k0), 1, K.row_stride, d, kc, s.KT.data());
+      kernel.pack_panel(V.at(b, g, k0), 1, V.row_stride, dv, kc, s.VT.data());
+      kernel.pack_panel(K.at(b, g, k0), K.row_stride, 1, kc, d, s.K.data());
       auto dKb = s.dK.topRows(kc);  // (kc, d)
       auto dVb = s.dV.topRows(kc);  // (kc, dv)
       dKb.setZero();
       dVb.setZero();
-      const auto Kb = Eigen::Map<const Matrix<Scalar>, 0, Eigen::OuterStride<>>(K.at(b, g, k0), kc, d,
-                                                                                Eigen::OuterStride<>(K.row_stride));
       for (Index h = g * group; h < (g + 1) * group; ++h) {
         const Index pair = b * num_heads + h;
         for (Index qb = 0; qb < query_blocks; ++qb) {
@@ -137,8 +141,8 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
           auto Qs = s.Qs.topRows(rows);
           Qs.noalias() = scale * Qb;
           auto P = s.P.topLeftCorner(rows, kc);
-          kernel.rows_times_matrix(false, Qs.data(), Qs.outerStride(), rows, d, s.KT.data(), s.KT.outerStride(), kc,
-                                   true, nullptr, P.data(), P.outerStride());
+          kernel.packed_times_matrix(false, Qs.data(), Qs.outerStride(), rows, d, kc, s.KT.data(), d, kc, nullptr,
+                                     P.data(), P.outerStride());
           for (Index i = 0; i < rows; ++i) {
             const VisibleKeys& keys = s.keys[static_cast<std::size_t>(i)];
             Scalar* row = P.data() + i * P.outerStride();  // (kc)
@@ -167,8 +171,8 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
                                          nullptr, dVb.data(), dVb.outerStride());
           // dP = (dO_blk V_blk^T) * F, then dS = P * (dP - D) on the visible keys
           auto dP = s.dP.topLeftCorner(rows, kc);
-          kernel.rows_times_matrix(false, dOb.data(), dOb.outerStride(), rows, dv, s.VT.data(), s.VT.outerStride(), kc,
-                                   true, nullptr, dP.data(), dP.outerStride());
+          kernel.packed_times_matrix(false, dOb.data(), dOb.outerStride(), rows, dv, kc, s.VT.data(), dv, kc, nullptr,
+                                     dP.data(), dP.outerStride());
           for (Index i = 0; i < rows; ++i) {
             const VisibleKeys& keys = s.keys[static_cast<std::size_t>(i)];
             Scalar* row = dP.data() + i * dP.outerStride();    // (kc)
@@ -185,8 +189,8 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
           kernel.transposed_times_matrix(true, dP.data(), dP.outerStride(), kc, rows, Qs.data(), Qs.outerStride(), d,
                                          nullptr, dKb.data(), dKb.outerStride());
           Scalar* dQ_rows = partial_dQ.data() + ((split * pairs + pair) * num_queries + q0) * d;  // (rows, d)
-          kernel.rows_times_matrix(true, dP.data(), dP.outerStride(), rows, kc, Kb.data(), Kb.outerStride(), d, false,
-                                   nullptr, dQ_rows, d);
+          kernel.packed_times_matrix(true, dP.data(), dP.outerStride(), rows, kc, d, s.K.data(), kc, d, nullptr,
+                                     dQ_rows, d);
         }
       }
       dK.head(b, g).middleRows(k0, kc) = dKb;

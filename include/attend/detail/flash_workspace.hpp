@@ -1,8 +1,10 @@
 // attend/detail/flash_workspace.hpp — the buffers of the tiled kernel (detail/flash_attention.hpp): tile sizes, one
-// thread's workspace, the head-major copies of K and V, and the view of one head's keys that a work item reads.
+// thread's workspace, the packed head-major copies of K^T and V, and the view of one head's keys that a work item
+// reads.
 #pragma once
 
 #include <attend/config.hpp>
+#include <attend/detail/packet_buffer.hpp>
 #include <attend/detail/tuning.hpp>
 #include <attend/mask.hpp>
 #include <attend/tensor.hpp>
@@ -57,30 +59,31 @@ struct FlashWorkspace {
   std::vector<VisibleKeys> keys;    // (Br): the keys each row sees (Mask::visible_keys)
 };
 
-// Everything a call keeps between calls: one workspace per thread, and the head-major copies of K and V that all
-// threads read. K's is transposed, so that S = Qs K^T is a sum of rows of K^T scaled by Qs's entries, the product
-// the row kernel makes without packing either operand. With several heads, a head's rows of K and V lie
-// (heads * d) elements apart, so a work item, which reads one head, would use one cache line in `heads` of every
-// stretch of memory it crosses; the copies put each (batch row, head) pair's rows next to one another, V's padded with
-// zeros to whole packets.
+// Everything a call keeps between calls: one workspace per thread, and the head-major copies of K^T and V that all
+// threads read, each key block packed once into the micro-panels the row kernel streams (pack_panel,
+// detail/kernels/products-inl.hpp), so that no work item packs an operand again. K's is transposed, so that
+// S = Qs K^T is a sum of rows of K^T scaled by Qs's entries. With several heads, a head's rows of K and V lie
+// (heads * d) elements apart; the copies also put each (batch row, head) pair's rows next to one another.
+// The micro-panels' width is the level's: the copies are made and read through one call's kernel table.
 template <class Scalar>
 struct FlashBuffers {
   std::vector<FlashWorkspace<Scalar>> threads;  // one per thread
-  // (batch * kv_heads * panels * d, Bc rounded up to whole packets): K^T in panels, one per key block; key/value
-  // head g of batch row b has its panel t, K^T of keys [t Bc, t Bc + Bc), in rows ((b * kv_heads + g) * panels + t)
-  // * d .., padding 0
-  Matrix<Scalar> KT;
-  Matrix<Scalar> V;  // (batch * kv_heads * num_keys, dv rounded up to whole packets): its values, the padding 0
+  // (batch * kv_heads * panels, d, Bc rounded up to whole packets): K^T of key block t of key/value head g of batch
+  // row b, packed, at panel (b * kv_heads + g) * panels + t
+  PacketBuffer<Scalar> KT;
+  // (batch * kv_heads * panels, Bc, dv rounded up to whole packets): that key block's values, packed, likewise
+  PacketBuffer<Scalar> V;
 };
 
 // One (batch row, head) pair's keys and values, as the work items read them.
 template <class Scalar>
 struct HeadKeys {
   using View = Eigen::Map<const Matrix<Scalar>, 0, Eigen::OuterStride<>>;
-  const Scalar* KT;   // (panels, d, panel_width): key block t's K^T at KT + t * panel_size, rows panel_width apart
-  Index panel_width;  // Bc rounded up to whole packets
-  Index panel_size;   // d * panel_width
-  View V;             // (num_keys, dv), rows readable in whole packets
+  const Scalar* KT;   // (panels, d, panel_width): key block t's K^T, packed, at KT + t * panel_size
+  Index panel_size;   // d * Bc rounded up to whole packets
+  const Scalar* VP;   // (panels, Bc, dv rounded up): key block t's values, packed, at VP + t * value_panel_size
+  Index value_panel_size;  // Bc * dv rounded up to whole packets
+  View V;             // (num_keys, dv): the values in place, for the rows that add their visible keys one by one
 };
 
 }  // namespace detail

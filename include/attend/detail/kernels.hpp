@@ -21,6 +21,7 @@
 #include <attend/detail/heads.hpp>
 #include <attend/detail/generic/simd.hpp>
 #include <attend/detail/mask_row.hpp>
+#include <attend/detail/packet_buffer.hpp>
 #include <attend/detail/target.hpp>
 #include <attend/detail/tuning.hpp>
 #include <attend/isa.hpp>
@@ -104,6 +105,14 @@ struct Kernels {
   void (*correlate_rows)(const Scalar* X, Index ldx, Index rows, Index before, Index after, Index in, Index taps,
                          Index left, const Scalar* B, Index row_stride, Index tap_stride, Index column_stride,
                          Index out, Scalar* Y, Index ldy);
+  // packed (micro-panels of this level) = the (steps, columns) panel with entry (k, o) at
+  // B[k * ldb + o * column_stride]: products-inl.hpp, pack_panel; at most steps * padded_to_packets(columns) elements
+  void (*pack_panel)(const Scalar* B, Index ldb, Index column_stride, Index steps, Index columns, Scalar* packed);
+  // Y (rows, columns) (+)= X (rows, steps) B + bias, B the first steps and columns of a panel pack_panel packed
+  // (depth, stored): packed_times_matrix_entry
+  void (*packed_times_matrix)(bool accumulate, const Scalar* X, Index ldx, Index rows, Index steps, Index columns,
+                              const Scalar* packed, Index depth, Index stored, const Scalar* bias, Scalar* Y,
+                              Index ldy);
   // B (cols, rows) = A (rows, cols)^T
   void (*transpose_into)(const Scalar* A, Index lda, Index rows, Index cols, Scalar* B, Index ldb);
   Scalar (*row_max)(const Scalar* row, Index n);
@@ -128,7 +137,8 @@ struct Kernels {
   Kernels<Scalar> {                                                                                                   \
     Isa::level, level::Simd<Scalar>::size, &level::rows_times_matrix_entry<Scalar>,                                  \
         &level::transposed_times_matrix_entry<Scalar>, &level::strided_times_matrix_entry<Scalar>,                    \
-        &level::correlate_rows<Scalar>, &level::transpose_into<Scalar>,                                               \
+        &level::correlate_rows<Scalar>, &level::pack_panel<Scalar>, &level::packed_times_matrix_entry<Scalar>,         \
+        &level::transpose_into<Scalar>,                                                                               \
         &level::row_max<Scalar>, &level::exp_shifted<Scalar>, &level::softmax_gradient_row<Scalar>,                  \
         &level::masked_softmax_row<Scalar>,                                                                           \
         &level::masked_softmax_block<Scalar>, &level::flash_attention_block<Scalar>, &level::tiny_scores<Scalar>,     \

@@ -37,10 +37,6 @@ constexpr Eigen::Index flash_backward_key_rows = sizeof(Scalar) <= 4 ? 128 : 64;
 // fixed order at the end. Chosen from the shape alone, so that the bits do not depend on the thread count.
 constexpr Eigen::Index flash_backward_items = 8;
 
-// The tiled kernel copies V head-major when a head's value rows, num_heads * dv apart, span more than this: below
-// it they stay in L2 between query blocks as they are (half of a 2 MiB L2).
-constexpr double flash_value_copy_span = 1 << 20;
-
 // The direct path while one call's weights take at most this (about one core's L2): AttentionPath::automatic takes
 // the tiled path above it, in evaluation mode.
 constexpr double direct_path_bytes = 1 << 20;

@@ -122,23 +122,24 @@ void flash_attention_block(const Heads<const Scalar>& Q, const HeadKeys<Scalar>&
   for (Index k0 = block_first / blocks.key_rows * blocks.key_rows; k0 < block_last; k0 += blocks.key_rows) {
     const Index bc = std::min(blocks.key_rows, block_last - k0);
     auto S = ws.S.topLeftCorner(br, bc);                                      // (br, bc)
-    const Scalar* panel = keys.KT + k0 / blocks.key_rows * keys.panel_size;  // (d, panel_width); d = 0: null + 0
-    rows_times_matrix<false, Scalar>(Qs.data(), Qs.outerStride(), br, d, panel, keys.panel_width, bc, true, nullptr,
-                                     S.data(), S.outerStride());
+    const Index t = k0 / blocks.key_rows, stored = std::min(blocks.key_rows, num_keys - k0);  // block t's keys
+    packed_times_matrix_entry<Scalar>(false, Qs.data(), Qs.outerStride(), br, d, bc, keys.KT + t * keys.panel_size, d,
+                                      stored, nullptr, S.data(), S.outerStride());
     online_softmax_step(ws, br, bc, k0);
     for (Index i = 0; dropout.active() && i < br; ++i)
       dropout.apply(S.data() + i * S.outerStride(), bc, pair, q0 + i, k0);
     const auto Vb = V.middleRows(k0, bc);  // (bc, dv)
     if (mask.empty() || all_finite(Vb)) {  // with no mask every key is visible: a product over all of them is right
-      rows_times_matrix<true, Scalar>(S.data(), S.outerStride(), br, bc, Vb.data(), Vb.outerStride(), dv, true,
-                                      nullptr, O.data(), O.outerStride());
+      packed_times_matrix_entry<Scalar>(true, S.data(), S.outerStride(), br, bc, dv,
+                                        keys.VP + t * keys.value_panel_size, stored, dv, nullptr, O.data(),
+                                        O.outerStride());
     } else {  // 0 * NaN is NaN: each row adds its visible keys only, so a masked key's value row is never read; one
       // multiply-add of the row kernel per key, the chain of the whole product less the keys of weight 0
       for (Index i = 0; i < br; ++i) {
         ws.keys[static_cast<std::size_t>(i)].for_each(k0, k0 + bc, [&](Index key) {
           const Index j = key - k0;
           rows_times_matrix<true, Scalar>(S.data() + i * S.outerStride() + j, 1, 1, 1,
-                                          Vb.data() + j * Vb.outerStride(), Vb.outerStride(), dv, true, nullptr,
+                                          Vb.data() + j * Vb.outerStride(), Vb.outerStride(), dv, false, nullptr,
                                           O.data() + i * O.outerStride(), O.outerStride());
         });
       }

@@ -240,74 +240,72 @@ void pack_panel(const Scalar* B, Index ldb, Index column_stride, Index steps, In
 }
 
 // R rows of Y, columns [0, columns): Y (+)= X (R, steps) times the packed panel (+ bias), micro-panel by micro-panel.
+// The panel was packed `depth` steps deep and `stored` columns wide (pack_panel); the product reads its first steps
+// and its first columns.
 template <int R, bool Accumulate, bool Transposed, class Scalar>
-void packed_rows_times_panel(const Scalar* X, Index ldx, Index steps, const Scalar* packed, Index columns,
-                             const Scalar* bias, Scalar* Y, Index ldy) {
+void packed_rows_times_panel(const Scalar* X, Index ldx, Index steps, const Scalar* packed, Index depth, Index stored,
+                             Index columns, const Scalar* bias, Scalar* Y, Index ldy) {
   constexpr Index P = Simd<Scalar>::size, W = packed_width<Scalar>;
   constexpr int C = packed_packets<Scalar>;
   for (Index j0 = 0; j0 < columns; j0 += W) {
     const Index present = std::min(W, columns - j0);
     const Scalar* bias_j0 = bias != nullptr ? bias + j0 : nullptr;
-    const Index width = micro_panel_width<Scalar>(present);
-    switch (width / P) {  // the micro-panel's packets: C but for the last
+    const Index ldb = micro_panel_width<Scalar>(std::min(W, stored - j0));  // the micro-panel's width as packed
+    switch (micro_panel_width<Scalar>(present) / P) {  // the packets read: C but for the last
       case 1:
-        rows_times_matrix_block<R, 1, Accumulate, Transposed>(X, ldx, steps, packed, P, 0, present, bias_j0,
+        rows_times_matrix_block<R, 1, Accumulate, Transposed>(X, ldx, steps, packed, ldb, 0, present, bias_j0,
                                                               Y + j0, ldy);
         break;
       case 2:
         if constexpr (C >= 2)
-          rows_times_matrix_block<R, 2, Accumulate, Transposed>(X, ldx, steps, packed, 2 * P, 0, present, bias_j0,
+          rows_times_matrix_block<R, 2, Accumulate, Transposed>(X, ldx, steps, packed, ldb, 0, present, bias_j0,
                                                                 Y + j0, ldy);
         break;
       case 3:
         if constexpr (C >= 3)
-          rows_times_matrix_block<R, 3, Accumulate, Transposed>(X, ldx, steps, packed, 3 * P, 0, present, bias_j0,
+          rows_times_matrix_block<R, 3, Accumulate, Transposed>(X, ldx, steps, packed, ldb, 0, present, bias_j0,
                                                                 Y + j0, ldy);
         break;
       case 4:
         if constexpr (C >= 4)
-          rows_times_matrix_block<R, 4, Accumulate, Transposed>(X, ldx, steps, packed, 4 * P, 0, present, bias_j0,
+          rows_times_matrix_block<R, 4, Accumulate, Transposed>(X, ldx, steps, packed, ldb, 0, present, bias_j0,
                                                                 Y + j0, ldy);
         break;
       default: break;
     }
-    packed += steps * width;
+    packed += depth * ldb;
   }
 }
 
-// Every row of Y over one packed panel: packed_rows at a time, then 4, then one.
+// Every row of Y over one packed panel (as packed_rows_times_panel): packed_rows at a time, then 4, then one; the
+// last packed_rows block as 4-row ones when that leaves fewer rows alone (128 rows: 20 x 6 + 2 x 4, not 21 x 6 + 2
+// x 1: a row alone makes as many loads of the panel as a block of 6).
 template <bool Accumulate, bool Transposed, class Scalar>
-void packed_times_panel(const Scalar* X, Index ldx, Index rows, Index steps, const Scalar* packed, Index columns,
-                        const Scalar* bias, Scalar* Y, Index ldy) {
+void packed_times_panel(const Scalar* X, Index ldx, Index rows, Index steps, const Scalar* packed, Index depth,
+                        Index stored, Index columns, const Scalar* bias, Scalar* Y, Index ldy) {
   constexpr int R = packed_rows<Scalar>;
+  Index blocks = rows / R;
+  const Index left = rows % R;
+  if (R > 4 && blocks > 0 && (left + R) % 4 < left % 4) --blocks;
   Index r = 0;
-  for (; r + R <= rows; r += R)
-    packed_rows_times_panel<R, Accumulate, Transposed>(x_entry<Transposed>(X, ldx, r, 0), ldx, steps, packed, columns,
-                                                       bias, Y + r * ldy, ldy);
+  for (; r < blocks * R; r += R)
+    packed_rows_times_panel<R, Accumulate, Transposed>(x_entry<Transposed>(X, ldx, r, 0), ldx, steps, packed, depth,
+                                                       stored, columns, bias, Y + r * ldy, ldy);
   for (; r + 4 <= rows; r += 4)
-    packed_rows_times_panel<4, Accumulate, Transposed>(x_entry<Transposed>(X, ldx, r, 0), ldx, steps, packed, columns,
-                                                       bias, Y + r * ldy, ldy);
+    packed_rows_times_panel<4, Accumulate, Transposed>(x_entry<Transposed>(X, ldx, r, 0), ldx, steps, packed, depth,
+                                                       stored, columns, bias, Y + r * ldy, ldy);
   for (; r < rows; ++r)
-    packed_rows_times_panel<1, Accumulate, Transposed>(x_entry<Transposed>(X, ldx, r, 0), ldx, steps, packed, columns,
-                                                       bias, Y + r * ldy, ldy);
+    packed_rows_times_panel<1, Accumulate, Transposed>(x_entry<Transposed>(X, ldx, r, 0), ldx, steps, packed, depth,
+                                                       stored, columns, bias, Y + r * ldy, ldy);
 }
 
-// Frees what packed_panel_buffer allocates.
-struct FreeAlignedToPackets {
-  void operator()(void* p) const { ::operator delete[](p, std::align_val_t(tuning::widest_packet_bytes)); }
-};
-
 // This thread's buffer for one packed panel, (product_panel_depth, product_panel_width): allocated on a thread's
-// first packed product, kept until the thread ends. It starts on a boundary of the widest packet, and every row of a
-// micro-panel is whole packets, so that no load of the row blocks spans two cache lines: at malloc's 16-byte alignment,
-// unless it happened to return a 64-byte boundary, every AVX-512 load of B would.
+// first packed product, kept until the thread ends, packet-aligned (detail/packet_buffer.hpp).
 template <class Scalar>
 Scalar* packed_panel_buffer() {
   static_assert(tuning::product_panel_width<Scalar> % packed_width<Scalar> == 0, "a panel holds whole micro-panels");
-  constexpr auto count = tuning::product_panel_depth<Scalar> * tuning::product_panel_width<Scalar>;
-  constexpr std::size_t bytes = sizeof(Scalar) * static_cast<std::size_t>(count);
-  thread_local std::unique_ptr<Scalar[], FreeAlignedToPackets> buffer(
-      static_cast<Scalar*>(::operator new[](bytes, std::align_val_t(tuning::widest_packet_bytes))));
+  thread_local PacketArray<Scalar> buffer =
+      allocate_packets<Scalar>(tuning::product_panel_depth<Scalar> * tuning::product_panel_width<Scalar>);
   return buffer.get();
 }
 
@@ -351,9 +349,11 @@ void panels_times_matrix(bool packs, const Scalar* X, Index ldx, Index rows, Ind
       if (packs) {
         pack_panel(panel, ldb, column_stride, steps, columns, packed);
         if (accumulate) {
-          packed_times_panel<true, Transposed>(X_k0, ldx, rows, steps, packed, columns, panel_bias, Y + o0, ldy);
+          packed_times_panel<true, Transposed>(X_k0, ldx, rows, steps, packed, steps, columns, columns, panel_bias,
+                                              Y + o0, ldy);
         } else {
-          packed_times_panel<false, Transposed>(X_k0, ldx, rows, steps, packed, columns, panel_bias, Y + o0, ldy);
+          packed_times_panel<false, Transposed>(X_k0, ldx, rows, steps, packed, steps, columns, columns, panel_bias,
+                                              Y + o0, ldy);
         }
       } else if constexpr (!Transposed) {
         if (accumulate) {
@@ -399,6 +399,41 @@ void rows_times_matrix_entry(bool accumulate, const Scalar* X, Index ldx, Index 
     rows_times_matrix<true>(X, ldx, rows, in, B, ldb, out, padded, bias, Y, ldy);
   } else {
     rows_times_matrix<false>(X, ldx, rows, in, B, ldb, out, padded, bias, Y, ldy);
+  }
+}
+
+// Y (rows, columns) (+)= X (rows, steps) B + bias, B the first steps and columns of a panel that pack_panel packed
+// on this level, `depth` steps deep and `stored` columns wide: an operand that its caller packs once and many
+// products read (the tiled kernel's K^T and V blocks). Columns in panels of tuning::product_panel_width, each passed
+// over by every row block, as panels_times_matrix does; all steps in one pass (each element's chain is that of
+// panels_times_matrix over depth slices: the same bits). With steps = 0: Y = bias (0 without one), or Y += bias when
+// accumulating.
+template <class Scalar>
+void packed_times_matrix_entry(bool accumulate, const Scalar* X, Index ldx, Index rows, Index steps, Index columns,
+                               const Scalar* packed, Index depth, Index stored, const Scalar* bias, Scalar* Y,
+                               Index ldy) {
+  eigen_assert(steps <= depth && columns <= stored);
+  if (steps == 0) {
+    if (accumulate) {
+      product_over_no_steps<true>(rows, columns, bias, Y, ldy);
+    } else {
+      product_over_no_steps<false>(rows, columns, bias, Y, ldy);
+    }
+    return;
+  }
+  constexpr Index width = tuning::product_panel_width<Scalar>;
+  static_assert(width % packed_width<Scalar> == 0, "a panel holds whole micro-panels");
+  for (Index o0 = 0; o0 < columns; o0 += width) {
+    const Index present = std::min(width, columns - o0);
+    const Scalar* panel = packed + o0 * depth;  // after o0 / packed_width whole micro-panels
+    const Scalar* panel_bias = bias != nullptr ? bias + o0 : nullptr;
+    if (accumulate) {
+      packed_times_panel<true, false>(X, ldx, rows, steps, panel, depth, stored - o0, present, panel_bias, Y + o0,
+                                      ldy);
+    } else {
+      packed_times_panel<false, false>(X, ldx, rows, steps, panel, depth, stored - o0, present, panel_bias, Y + o0,
+                                       ldy);
+    }
   }
 }
 
