@@ -5,8 +5,10 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "support/fixture.hpp"
@@ -20,11 +22,22 @@ namespace {
 using Shape = std::vector<Index>;
 
 // Writes <temp dir>/<name>.txt and returns the directory.
+// A directory of this process's own, removed when the program ends: ctest runs this program once per
+// instruction-set level, side by side, and each writes files of the same names.
+struct TempDirectory {
+  std::filesystem::path path = std::filesystem::temp_directory_path() /
+                               ("attend_test_fixture_" + std::to_string(std::random_device{}()));
+  ~TempDirectory() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+};
+
 std::string write_temp_fixture(const std::string& name, const std::string& text) {
-  const auto dir = std::filesystem::temp_directory_path() / "attend_test_fixture";
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / (name + ".txt")) << text;
-  return dir.string();
+  static const TempDirectory own;
+  std::filesystem::create_directories(own.path);
+  std::ofstream(own.path / (name + ".txt")) << text;
+  return own.path.string();
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <attend/detail/rows_times_matrix.hpp>
 #include <attend/detail/transpose.hpp>
 #include <attend/detail/transposed_weight.hpp>
+#include <attend/isa.hpp>
 #include <attend/multi_head_attention.hpp>
 #include <attend/random.hpp>
 #include <catch2/catch.hpp>
@@ -145,6 +146,30 @@ TEMPLATE_TEST_CASE("project_rows: a kept W^T gives the bits of a W^T made for th
   attend::detail::project_rows<TestType>(X, {attend::detail::projection(W, b, by_kept.data(), &kept)});
   REQUIRE(by_kept == by_call);
   REQUIRE_THAT(by_kept, attend_test::Near(affine_by_definition(X, W, b), attend_test::tolerance<TestType>()));
+}
+
+TEMPLATE_TEST_CASE("project_rows: a kept W^T is packed anew when the level changes between calls",
+                   "[transposed_weight]", float, double) {
+  // The kept copy is packed in the micro-panels of the level that ran: a later call on another level (set_isa) must
+  // not read that layout. Each level's result from the kept copy is its result from a fresh one, bit for bit.
+  const attend::Isa original = attend::active_isa();
+  const Matrix<TestType> X = random_matrix<TestType>(300, 70, 14);  // (300, 70): past the few-rows kernel's rows
+  const Matrix<TestType> W = random_matrix<TestType>(90, 70, 15);   // (90, 70)
+  const Vector<TestType> b = random_matrix<TestType>(90, 1, 16);
+  TransposedWeight<TestType> kept;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const attend::Isa isa : attend::available_isas()) {
+      CAPTURE(pass, attend::isa_name(isa));
+      attend::set_isa(isa);
+      Matrix<TestType> by_kept(300, 90), by_fresh(300, 90);  // (300, 90)
+      TransposedWeight<TestType> fresh;
+      attend::detail::project_rows<TestType>(X, {attend::detail::projection(W, b, by_kept.data(), &kept)});
+      attend::detail::project_rows<TestType>(X, {attend::detail::projection(W, b, by_fresh.data(), &fresh)});
+      CHECK(by_kept == by_fresh);
+      CHECK_THAT(by_kept, attend_test::Near(affine_by_definition(X, W, b), attend_test::tolerance<TestType>()));
+    }
+  }
+  attend::set_isa(original);
 }
 
 TEMPLATE_TEST_CASE("MultiHeadAttention sees a weight changed through a reference kept across calls",

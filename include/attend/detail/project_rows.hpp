@@ -1,13 +1,14 @@
 // attend/detail/project_rows.hpp — Y = X W^T + b on rows, as the attention modules' projections need it.
 //
 // Each projection multiplies on the row kernel of the active level (detail/kernels/products-inl.hpp) from W^T: the
-// copy kept in a TransposedWeight (detail/transposed_weight.hpp) when the caller has one, so that W is transposed only
-// when it changes; otherwise W^T read from W, each panel transposed into the kernel's packed panels as it goes. The
-// row kernel is compiled for each instruction-set level and chosen at run time, so it runs at one speed whatever the
-// flags the program was built with (a GEMM of Eigen's is compiled for those flags). Rows go in fixed chunks of tuning::rows_per_chunk: the chunks do not depend on the number of
-// threads, so neither does any output element's summation order: with OpenMP the chunks are shared among the threads,
-// and the result is bit-identical for 1 and N threads. When the same X feeds several projections (Q, K and V of
-// self-attention), each chunk of X is used by all of them while it is in cache: one pass over X.
+// copy kept packed in a TransposedWeight (detail/transposed_weight.hpp) when the caller has one, so that W is
+// transposed and packed only when it changes; otherwise W^T read from W, each panel transposed into the kernel's
+// packed panels as it goes. The row kernel is compiled for each instruction-set level and chosen at run time, so it
+// runs at one speed whatever the flags the program was built with (a GEMM of Eigen's is compiled for those flags).
+// Rows go in fixed chunks of tuning::rows_per_chunk: the chunks do not depend on the number of threads, so neither
+// does any output element's summation order: with OpenMP the chunks are shared among the threads, and the result is
+// bit-identical for 1 and N threads. When the same X feeds several projections (Q, K and V of self-attention), each
+// chunk of X is used by all of them while it is in cache: one pass over X.
 //
 // At most tuning::few_rows rows (the seed's 8) of floats on the avx512 level take neither: the level's
 // few_rows_projection (detail/avx512/few_rows_projection.hpp) reads W as it is, with no kept copy to compare, and
@@ -53,17 +54,19 @@ void project_rows(const Eigen::Ref<const Matrix<Scalar>>& X, std::initializer_li
   double width = 0;  // the sum of the projections' out
   for (const Projection<Scalar>& p : projections) {
     width += static_cast<double>(p.out);
-    if (p.kept != nullptr) p.kept->refresh(p.W, p.out, in);
+    if (p.kept != nullptr) {
+      p.kept->refresh(p.W, p.out, in);
+      p.kept->pack_for(kernel);
+    }
   }
   const Index chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
   parallel_for(chunks, static_cast<double>(rows) * static_cast<double>(in) * width, [&](Index c, int) {
     const Index r0 = c * rows_per_chunk, n = std::min(rows_per_chunk, rows - r0);
     const Scalar* X_r0 = X.data() + r0 * X.outerStride();  // (n, in)
     for (const Projection<Scalar>& p : projections) {
-      if (p.kept != nullptr) {
-        const Matrix<Scalar>& Wt = p.kept->transposed();  // (in, padded out)
-        kernel.rows_times_matrix(false, X_r0, X.outerStride(), n, in, Wt.data(), Wt.cols(), p.out, true, p.bias,
-                                 p.Y + r0 * p.y_stride, p.y_stride);
+      if (p.kept != nullptr) {  // W^T (in, out), packed
+        kernel.packed_times_matrix(false, X_r0, X.outerStride(), n, in, p.out, p.kept->packed(), in, p.out, p.bias,
+                                   p.Y + r0 * p.y_stride, p.y_stride);
       } else {  // W^T read from W: its entry (k, o) at W[o * in + k]
         kernel.strided_times_matrix(false, X_r0, X.outerStride(), n, in, p.W, 1, in, p.out, p.bias,
                                     p.Y + r0 * p.y_stride, p.y_stride);

@@ -4,6 +4,9 @@
 // kept, padded to whole packets, in a TransposedWeight; each row of Y is then a sum of rows of W^T scaled by X's
 // entries (the row kernel, detail/kernels/products-inl.hpp), on full packets with no reduction across lanes.
 //
+// For the packed products of many rows the same W^T is also kept packed into the row kernel's micro-panels of the
+// level that runs (packed_for), so that no chunk of rows packs it again; rebuilt with W^T, or when the level changes.
+//
 // A kept copy must never be stale: Linear::weight() hands out a reference, so W may change at any time between
 // calls. TransposedWeight therefore keeps the W it was made from and compares it, bit for bit, with the W of every
 // call (a memcmp, cheaper than packing W), and rebuilds when they differ.
@@ -12,6 +15,7 @@
 #include <attend/config.hpp>
 
 #include <attend/detail/kernels.hpp>
+#include <attend/detail/packet_buffer.hpp>
 #include <attend/detail/transpose.hpp>
 #include <attend/detail/tuning.hpp>
 #include <attend/tensor.hpp>
@@ -49,16 +53,37 @@ class TransposedWeight {
   // W^T, (in, out rounded up to whole packets), zero past column out - 1.
   const Matrix<Scalar>& transposed() const { return transposed_; }
 
+  // W^T packed by `kernel`'s pack_panel, (in, out) in its micro-panels: made on the first call after W^T was (re)built
+  // or with another level's table, kept otherwise. May allocate (call it outside parallel regions); packed() then
+  // returns it.
+  void pack_for(const Kernels<Scalar>& kernel) {
+    // A copied or moved-from buffer is empty (PacketBuffer): packed anew.
+    if (packed_valid_ && packed_isa_ == kernel.isa && (packed_.data() != nullptr || transposed_.size() == 0)) return;
+    packed_valid_ = false;
+    const Index in = transposed_.rows(), out = source_out_;
+    packed_.resize(in * transposed_.cols());
+    kernel.pack_panel(transposed_.data(), transposed_.cols(), 1, in, out, packed_.data());
+    packed_isa_ = kernel.isa;
+    packed_valid_ = true;
+  }
+  const Scalar* packed() const { return packed_.data(); }
+
  private:
   void build(const Scalar* W, Index out, Index in) {
     const Index padded = padded_to_packets<Scalar>(out);
+    packed_valid_ = false;
     transposed_.setZero(in, padded);
     transpose_into(W, in, out, in, transposed_.data(), padded);  // columns [0, out); the rest stay 0
+    source_out_ = out;
   }
 
   Matrix<Scalar> source_;      // (out, in): the W that transposed_ was made from, when from_source_
   Matrix<Scalar> transposed_;  // (in, padded out)
+  Index source_out_ = 0;       // out of the W that transposed_ was made from
   bool from_source_ = false;   // false until refresh(), and after transpose_only()
+  PacketBuffer<Scalar> packed_;  // (in, out) packed for packed_isa_, when packed_valid_
+  Isa packed_isa_ = Isa::generic;
+  bool packed_valid_ = false;
 };
 
 // Y (rows, out) = X (rows, in) W^T + bias, W^T given as weight.transposed() (refreshed by the caller). X rows ldx

@@ -240,35 +240,36 @@ void pack_panel(const Scalar* B, Index ldb, Index column_stride, Index steps, In
 }
 
 // R rows of Y, columns [0, columns): Y (+)= X (R, steps) times the packed panel (+ bias), micro-panel by micro-panel.
-// The panel was packed `depth` steps deep and `stored` columns wide (pack_panel); the product reads its first steps
-// and its first columns.
+// The panel was packed `depth` steps deep and `stored` columns wide (pack_panel); the product reads its steps
+// [first, first + steps) and its first columns.
 template <int R, bool Accumulate, bool Transposed, class Scalar>
-void packed_rows_times_panel(const Scalar* X, Index ldx, Index steps, const Scalar* packed, Index depth, Index stored,
-                             Index columns, const Scalar* bias, Scalar* Y, Index ldy) {
+void packed_rows_times_panel(const Scalar* X, Index ldx, Index steps, const Scalar* packed, Index first, Index depth,
+                             Index stored, Index columns, const Scalar* bias, Scalar* Y, Index ldy) {
   constexpr Index P = Simd<Scalar>::size, W = packed_width<Scalar>;
   constexpr int C = packed_packets<Scalar>;
   for (Index j0 = 0; j0 < columns; j0 += W) {
     const Index present = std::min(W, columns - j0);
     const Scalar* bias_j0 = bias != nullptr ? bias + j0 : nullptr;
     const Index ldb = micro_panel_width<Scalar>(std::min(W, stored - j0));  // the micro-panel's width as packed
+    const Scalar* B = packed + first * ldb;                                   // its step `first`
     switch (micro_panel_width<Scalar>(present) / P) {  // the packets read: C but for the last
       case 1:
-        rows_times_matrix_block<R, 1, Accumulate, Transposed>(X, ldx, steps, packed, ldb, 0, present, bias_j0,
+        rows_times_matrix_block<R, 1, Accumulate, Transposed>(X, ldx, steps, B, ldb, 0, present, bias_j0,
                                                               Y + j0, ldy);
         break;
       case 2:
         if constexpr (C >= 2)
-          rows_times_matrix_block<R, 2, Accumulate, Transposed>(X, ldx, steps, packed, ldb, 0, present, bias_j0,
+          rows_times_matrix_block<R, 2, Accumulate, Transposed>(X, ldx, steps, B, ldb, 0, present, bias_j0,
                                                                 Y + j0, ldy);
         break;
       case 3:
         if constexpr (C >= 3)
-          rows_times_matrix_block<R, 3, Accumulate, Transposed>(X, ldx, steps, packed, ldb, 0, present, bias_j0,
+          rows_times_matrix_block<R, 3, Accumulate, Transposed>(X, ldx, steps, B, ldb, 0, present, bias_j0,
                                                                 Y + j0, ldy);
         break;
       case 4:
         if constexpr (C >= 4)
-          rows_times_matrix_block<R, 4, Accumulate, Transposed>(X, ldx, steps, packed, ldb, 0, present, bias_j0,
+          rows_times_matrix_block<R, 4, Accumulate, Transposed>(X, ldx, steps, B, ldb, 0, present, bias_j0,
                                                                 Y + j0, ldy);
         break;
       default: break;
@@ -281,22 +282,22 @@ void packed_rows_times_panel(const Scalar* X, Index ldx, Index steps, const Scal
 // last packed_rows block as 4-row ones when that leaves fewer rows alone (128 rows: 20 x 6 + 2 x 4, not 21 x 6 + 2
 // x 1: a row alone makes as many loads of the panel as a block of 6).
 template <bool Accumulate, bool Transposed, class Scalar>
-void packed_times_panel(const Scalar* X, Index ldx, Index rows, Index steps, const Scalar* packed, Index depth,
-                        Index stored, Index columns, const Scalar* bias, Scalar* Y, Index ldy) {
+void packed_times_panel(const Scalar* X, Index ldx, Index rows, Index steps, const Scalar* packed, Index first,
+                        Index depth, Index stored, Index columns, const Scalar* bias, Scalar* Y, Index ldy) {
   constexpr int R = packed_rows<Scalar>;
   Index blocks = rows / R;
   const Index left = rows % R;
   if (R > 4 && blocks > 0 && (left + R) % 4 < left % 4) --blocks;
   Index r = 0;
   for (; r < blocks * R; r += R)
-    packed_rows_times_panel<R, Accumulate, Transposed>(x_entry<Transposed>(X, ldx, r, 0), ldx, steps, packed, depth,
-                                                       stored, columns, bias, Y + r * ldy, ldy);
+    packed_rows_times_panel<R, Accumulate, Transposed>(x_entry<Transposed>(X, ldx, r, 0), ldx, steps, packed, first,
+                                                       depth, stored, columns, bias, Y + r * ldy, ldy);
   for (; r + 4 <= rows; r += 4)
-    packed_rows_times_panel<4, Accumulate, Transposed>(x_entry<Transposed>(X, ldx, r, 0), ldx, steps, packed, depth,
-                                                       stored, columns, bias, Y + r * ldy, ldy);
+    packed_rows_times_panel<4, Accumulate, Transposed>(x_entry<Transposed>(X, ldx, r, 0), ldx, steps, packed, first,
+                                                       depth, stored, columns, bias, Y + r * ldy, ldy);
   for (; r < rows; ++r)
-    packed_rows_times_panel<1, Accumulate, Transposed>(x_entry<Transposed>(X, ldx, r, 0), ldx, steps, packed, depth,
-                                                       stored, columns, bias, Y + r * ldy, ldy);
+    packed_rows_times_panel<1, Accumulate, Transposed>(x_entry<Transposed>(X, ldx, r, 0), ldx, steps, packed, first,
+                                                       depth, stored, columns, bias, Y + r * ldy, ldy);
 }
 
 // This thread's buffer for one packed panel, (product_panel_depth, product_panel_width): allocated on a thread's
@@ -349,11 +350,11 @@ void panels_times_matrix(bool packs, const Scalar* X, Index ldx, Index rows, Ind
       if (packs) {
         pack_panel(panel, ldb, column_stride, steps, columns, packed);
         if (accumulate) {
-          packed_times_panel<true, Transposed>(X_k0, ldx, rows, steps, packed, steps, columns, columns, panel_bias,
-                                              Y + o0, ldy);
+          packed_times_panel<true, Transposed>(X_k0, ldx, rows, steps, packed, 0, steps, columns, columns,
+                                               panel_bias, Y + o0, ldy);
         } else {
-          packed_times_panel<false, Transposed>(X_k0, ldx, rows, steps, packed, steps, columns, columns, panel_bias,
-                                              Y + o0, ldy);
+          packed_times_panel<false, Transposed>(X_k0, ldx, rows, steps, packed, 0, steps, columns, columns,
+                                                panel_bias, Y + o0, ldy);
         }
       } else if constexpr (!Transposed) {
         if (accumulate) {
@@ -403,11 +404,10 @@ void rows_times_matrix_entry(bool accumulate, const Scalar* X, Index ldx, Index 
 }
 
 // Y (rows, columns) (+)= X (rows, steps) B + bias, B the first steps and columns of a panel that pack_panel packed
-// on this level, `depth` steps deep and `stored` columns wide: an operand that its caller packs once and many
-// products read (the tiled kernel's K^T and V blocks). Columns in panels of tuning::product_panel_width, each passed
-// over by every row block, as panels_times_matrix does; all steps in one pass (each element's chain is that of
-// panels_times_matrix over depth slices: the same bits). With steps = 0: Y = bias (0 without one), or Y += bias when
-// accumulating.
+// on this level, `depth` steps deep and `stored` columns wide: an operand packed once and read by many products (a
+// kept W^T, the tiled kernel's K^T and V blocks). In panels of at most product_panel_depth steps by
+// product_panel_width columns, each passed over by every row block, as panels_times_matrix does: the same bits. With
+// steps = 0: Y = bias (0 without one), or Y += bias when accumulating.
 template <class Scalar>
 void packed_times_matrix_entry(bool accumulate, const Scalar* X, Index ldx, Index rows, Index steps, Index columns,
                                const Scalar* packed, Index depth, Index stored, const Scalar* bias, Scalar* Y,
@@ -421,18 +421,21 @@ void packed_times_matrix_entry(bool accumulate, const Scalar* X, Index ldx, Inde
     }
     return;
   }
-  constexpr Index width = tuning::product_panel_width<Scalar>;
+  constexpr Index slice = tuning::product_panel_depth<Scalar>, width = tuning::product_panel_width<Scalar>;
   static_assert(width % packed_width<Scalar> == 0, "a panel holds whole micro-panels");
   for (Index o0 = 0; o0 < columns; o0 += width) {
     const Index present = std::min(width, columns - o0);
     const Scalar* panel = packed + o0 * depth;  // after o0 / packed_width whole micro-panels
-    const Scalar* panel_bias = bias != nullptr ? bias + o0 : nullptr;
-    if (accumulate) {
-      packed_times_panel<true, false>(X, ldx, rows, steps, panel, depth, stored - o0, present, panel_bias, Y + o0,
-                                      ldy);
-    } else {
-      packed_times_panel<false, false>(X, ldx, rows, steps, panel, depth, stored - o0, present, panel_bias, Y + o0,
-                                       ldy);
+    for (Index k0 = 0; k0 < steps; k0 += slice) {
+      const Index s = std::min(slice, steps - k0);
+      const Scalar* panel_bias = k0 + s == steps && bias != nullptr ? bias + o0 : nullptr;
+      if (accumulate || k0 > 0) {
+        packed_times_panel<true, false>(X + k0, ldx, rows, s, panel, k0, depth, stored - o0, present, panel_bias,
+                                        Y + o0, ldy);
+      } else {
+        packed_times_panel<false, false>(X + k0, ldx, rows, s, panel, k0, depth, stored - o0, present, panel_bias,
+                                         Y + o0, ldy);
+      }
     }
   }
 }
