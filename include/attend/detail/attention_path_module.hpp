@@ -76,9 +76,15 @@ class AttentionPathModule : public Module {
     if (tiled) attention_weights_ = Tensor3<Scalar>();  // the previous call's weights are not this call's
     last_call_tiled_ = tiled;
     record_.self = &queries == &keys && &keys == &values;
+    // Assigned into the storage of the last call's record, kept when the shape is the same: no allocation.
     record_.queries = queries;
-    record_.keys = record_.self ? Tensor3<Scalar>() : keys;
-    record_.values = record_.self ? Tensor3<Scalar>() : values;
+    if (record_.self) {
+      record_.keys = Tensor3<Scalar>();
+      record_.values = Tensor3<Scalar>();
+    } else {
+      record_.keys = keys;
+      record_.values = values;
+    }
     record_.mask = mask;
     record_.dropout = dropout;
     record_.tiled = tiled;

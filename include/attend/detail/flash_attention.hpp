@@ -94,10 +94,12 @@ void flash_attention_heads(const Heads<const Scalar>& Q, const Heads<const Scala
     return;
   }
   // The packed copies of K^T and V (see FlashBuffers), sized before the parallel region, so that running out of
-  // memory throws instead of ending the program there.
+  // memory throws instead of ending the program there. V's only when more than one work item reads a value block
+  // (a head with several query blocks, or several query heads): one item's product packs its blocks as it goes.
   const Index panels = (num_keys + blocks.key_rows - 1) / blocks.key_rows;
   const Index panel_size = d * padded_to_packets<Scalar>(blocks.key_rows);
-  const Index value_panel_size = blocks.key_rows * padded_to_packets<Scalar>(dv);
+  const bool pack_values = query_blocks * group > 1;
+  const Index value_panel_size = pack_values ? blocks.key_rows * padded_to_packets<Scalar>(dv) : 0;
   buffers.KT.resize(kv_pairs * panels * panel_size);
   buffers.V.resize(kv_pairs * panels * value_panel_size);
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel regions: it may throw
@@ -114,8 +116,9 @@ void flash_attention_heads(const Heads<const Scalar>& Q, const Heads<const Scala
       const Index pair_panel = kv_pair * panels + t;
       // K^T (d, width): entry (c, key) at K[key * row_stride + c]; the values (width, dv) as stored
       kernel.pack_panel(K.at(b, g, k0), 1, K.row_stride, d, width, buffers.KT.data() + pair_panel * panel_size);
-      kernel.pack_panel(V.at(b, g, k0), V.row_stride, 1, width, dv,
-                        buffers.V.data() + pair_panel * value_panel_size);
+      if (pack_values)
+        kernel.pack_panel(V.at(b, g, k0), V.row_stride, 1, width, dv,
+                          buffers.V.data() + pair_panel * value_panel_size);
     }
   });
   parallel_for(items, total_work, [&](Index item, int thread) {
@@ -125,7 +128,8 @@ void flash_attention_heads(const Heads<const Scalar>& Q, const Heads<const Scala
     using View = typename HeadKeys<Scalar>::View;
     // With dv = 0, V's data may be null and the offset is 0.
     const HeadKeys<Scalar> keys{buffers.KT.data() + kv_pair * panels * panel_size, panel_size,
-                                buffers.V.data() + kv_pair * panels * value_panel_size, value_panel_size,
+                                pack_values ? buffers.V.data() + kv_pair * panels * value_panel_size : nullptr,
+                                value_panel_size,
                                 View(V.at(b, h / group, 0), num_keys, dv, Eigen::OuterStride<>(V.row_stride))};
     const Index br = std::min(blocks.query_rows, num_queries - q0);
     kernel.flash_attention_block(Q, keys, b, h, q0, br, mask, output, blocks,

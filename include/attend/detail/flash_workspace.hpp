@@ -71,7 +71,8 @@ struct FlashBuffers {
   // (batch * kv_heads * panels, d, Bc rounded up to whole packets): K^T of key block t of key/value head g of batch
   // row b, packed, at panel (b * kv_heads + g) * panels + t
   PacketBuffer<Scalar> KT;
-  // (batch * kv_heads * panels, Bc, dv rounded up to whole packets): that key block's values, packed, likewise
+  // (batch * kv_heads * panels, Bc, dv rounded up to whole packets): that key block's values, packed, likewise,
+  // when more than one work item reads them
   PacketBuffer<Scalar> V;
 };
 
@@ -81,7 +82,8 @@ struct HeadKeys {
   using View = Eigen::Map<const Matrix<Scalar>, 0, Eigen::OuterStride<>>;
   const Scalar* KT;   // (panels, d, panel_width): key block t's K^T, packed, at KT + t * panel_size
   Index panel_size;   // d * Bc rounded up to whole packets
-  const Scalar* VP;   // (panels, Bc, dv rounded up): key block t's values, packed, at VP + t * value_panel_size
+  const Scalar* VP;   // (panels, Bc, dv rounded up): key block t's values, packed, at VP + t * value_panel_size;
+                      // or null: the values read from V
   Index value_panel_size;  // Bc * dv rounded up to whole packets
   View V;             // (num_keys, dv): the values in place, for the rows that add their visible keys one by one
 };

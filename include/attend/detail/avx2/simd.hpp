@@ -35,6 +35,7 @@ struct Simd<float> {
   static Packet add(Packet a, Packet b) { return _mm256_add_ps(a, b); }
   static Packet sub(Packet a, Packet b) { return _mm256_sub_ps(a, b); }
   static Packet mul(Packet a, Packet b) { return _mm256_mul_ps(a, b); }
+  static Packet div(Packet a, Packet b) { return _mm256_div_ps(a, b); }
   static Packet max(Packet a, Packet b) { return _mm256_max_ps(a, b); }
   static Packet madd(Packet a, Packet b, Packet c) { return _mm256_fmadd_ps(a, b, c); }
 
@@ -115,6 +116,7 @@ struct Simd<double> {
   static Packet add(Packet a, Packet b) { return _mm256_add_pd(a, b); }
   static Packet sub(Packet a, Packet b) { return _mm256_sub_pd(a, b); }
   static Packet mul(Packet a, Packet b) { return _mm256_mul_pd(a, b); }
+  static Packet div(Packet a, Packet b) { return _mm256_div_pd(a, b); }
   static Packet max(Packet a, Packet b) { return _mm256_max_pd(a, b); }
   static Packet madd(Packet a, Packet b, Packet c) { return _mm256_fmadd_pd(a, b, c); }
 

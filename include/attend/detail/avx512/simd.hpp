@@ -62,6 +62,7 @@ struct Simd<float> {
   static Packet add(Packet a, Packet b) { return _mm512_add_ps(a, b); }
   static Packet sub(Packet a, Packet b) { return _mm512_sub_ps(a, b); }
   static Packet mul(Packet a, Packet b) { return _mm512_mul_ps(a, b); }
+  static Packet div(Packet a, Packet b) { return _mm512_div_ps(a, b); }
   static Packet max(Packet a, Packet b) { return _mm512_max_ps(a, b); }
   static Packet madd(Packet a, Packet b, Packet c) { return _mm512_fmadd_ps(a, b, c); }
 
@@ -135,6 +136,7 @@ struct Simd<double> {
   static Packet add(Packet a, Packet b) { return _mm512_add_pd(a, b); }
   static Packet sub(Packet a, Packet b) { return _mm512_sub_pd(a, b); }
   static Packet mul(Packet a, Packet b) { return _mm512_mul_pd(a, b); }
+  static Packet div(Packet a, Packet b) { return _mm512_div_pd(a, b); }
   static Packet max(Packet a, Packet b) { return _mm512_max_pd(a, b); }
   static Packet madd(Packet a, Packet b, Packet c) { return _mm512_fmadd_pd(a, b, c); }
 

@@ -66,6 +66,7 @@ struct Simd {
   static Packet add(const Packet& a, const Packet& b) { return Eigen::internal::padd(a, b); }
   static Packet sub(const Packet& a, const Packet& b) { return Eigen::internal::psub(a, b); }
   static Packet mul(const Packet& a, const Packet& b) { return Eigen::internal::pmul(a, b); }
+  static Packet div(const Packet& a, const Packet& b) { return Eigen::internal::pdiv(a, b); }
   static Packet max(const Packet& a, const Packet& b) { return Eigen::internal::pmax(a, b); }
   static Packet madd(const Packet& a, const Packet& b, const Packet& c) { return Eigen::internal::pmadd(a, b, c); }
   static Packet zero_where_zero(const Packet& p, const Packet& v) {

@@ -1,6 +1,25 @@
 // attend/detail/kernels/flash-inl.hpp — one work item of the tiled kernel (detail/flash_attention.hpp): the online
 // softmax over the key blocks of a block of query rows. Compiled once per level (detail/kernels.hpp); no include guard.
 
+// dst = factor * src, or dst = src / divisor, over n entries (dst may be src): the level's packets, the last one
+// partial. The operations Eigen's expressions make, at the level's width.
+template <class Scalar>
+void scale_row(const Scalar* src, Index n, Scalar factor, Scalar* dst) {
+  using S = Simd<Scalar>;
+  const auto f = S::set1(factor);
+  Index j = 0;
+  for (; j + S::size <= n; j += S::size) S::store(dst + j, S::mul(f, S::load(src + j)));
+  if (j < n) S::store_first(dst + j, S::mul(f, S::load_first(src + j, n - j)), n - j);
+}
+template <class Scalar>
+void divide_row(const Scalar* src, Index n, Scalar divisor, Scalar* dst) {
+  using S = Simd<Scalar>;
+  const auto by = S::set1(divisor);
+  Index j = 0;
+  for (; j + S::size <= n; j += S::size) S::store(dst + j, S::div(S::load(src + j), by));
+  if (j < n) S::store_first(dst + j, S::div(S::load_first(src + j, n - j), by), n - j);
+}
+
 // Steps 1-3 for the key block [k0, k0 + bc) of a work item: its scores in ws.S (br, bc), the keys each row sees in
 // ws.keys. Row by row: the visible range's part [lo, hi) in the block and the keep row's holes in it (set to -inf),
 // the block's maximum and the exponent of the row's factor a; then every row's a as packets; then each row's
@@ -78,7 +97,8 @@ void online_softmax_step(FlashWorkspace<Scalar>& ws, Index br, Index bc, Index k
   }
   for (Index i = 0; i < br; ++i) {
     ws.l(i) = t[i] * ws.l(i) + sum[i];
-    if (t[i] != Scalar(1)) ws.O.row(i) *= t[i];
+    Scalar* o = ws.O.data() + i * ws.O.outerStride();  // (dv)
+    if (t[i] != Scalar(1)) scale_row(o, ws.O.cols(), t[i], o);
   }
 }
 
@@ -114,7 +134,7 @@ void flash_attention_block(const Heads<const Scalar>& Q, const HeadKeys<Scalar>&
   auto O = ws.O.topRows(br);    // (br, dv)
   if (block_first < block_last) {
     const Scalar scale = Scalar(1) / std::sqrt(static_cast<Scalar>(d));
-    Qs.noalias() = scale * Q.head(b, h).middleRows(q0, br);
+    for (Index i = 0; i < br; ++i) scale_row(Q.at(b, h, q0 + i), d, scale, Qs.data() + i * Qs.outerStride());
     O.setZero();
     ws.l.head(br).setZero();
   }
@@ -130,9 +150,14 @@ void flash_attention_block(const Heads<const Scalar>& Q, const HeadKeys<Scalar>&
       dropout.apply(S.data() + i * S.outerStride(), bc, pair, q0 + i, k0);
     const auto Vb = V.middleRows(k0, bc);  // (bc, dv)
     if (mask.empty() || all_finite(Vb)) {  // with no mask every key is visible: a product over all of them is right
-      packed_times_matrix_entry<Scalar>(true, S.data(), S.outerStride(), br, bc, dv,
-                                        keys.VP + t * keys.value_panel_size, stored, dv, nullptr, O.data(),
-                                        O.outerStride());
+      if (keys.VP != nullptr) {
+        packed_times_matrix_entry<Scalar>(true, S.data(), S.outerStride(), br, bc, dv,
+                                          keys.VP + t * keys.value_panel_size, stored, dv, nullptr, O.data(),
+                                          O.outerStride());
+      } else {
+        rows_times_matrix<true, Scalar>(S.data(), S.outerStride(), br, bc, Vb.data(), Vb.outerStride(), dv, false,
+                                        nullptr, O.data(), O.outerStride());
+      }
     } else {  // 0 * NaN is NaN: each row adds its visible keys only, so a masked key's value row is never read; one
       // multiply-add of the row kernel per key, the chain of the whole product less the keys of weight 0
       for (Index i = 0; i < br; ++i) {
@@ -151,7 +176,7 @@ void flash_attention_block(const Heads<const Scalar>& Q, const HeadKeys<Scalar>&
   if (any_fully_masked && uniform) ws.mean.transpose() = V.colwise().sum() / static_cast<Scalar>(num_keys);
   for (Index i = 0; i < br; ++i) {
     if (!ws.keys[static_cast<std::size_t>(i)].none()) {
-      out.row(i) = O.row(i) / ws.l(i);
+      divide_row(O.data() + i * O.outerStride(), dv, ws.l(i), out.data() + i * out.outerStride());
       if (lse != nullptr) lse[i] = ws.m(i) + std::log(ws.l(i));
     } else if (uniform && dropout.active()) {  // weights 1 / num_keys, dropped as the direct path drops them
       out.row(i).setZero();
