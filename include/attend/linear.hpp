@@ -93,8 +93,10 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
     if (dX != nullptr)  // dX = dY W: (rows, out) x (out, in)
       detail::times<Scalar>(false, dY.data(), dY.outerStride(), rows, out_features_, weight_.data(), in_features_,
                             in_features_, dX, in_features_);
-    // This call's dW = dY^T X, (out, rows) x (rows, in), then added, as PyTorch adds a new gradient to .grad.
-    Matrix<Scalar> dW(out_features_, in_features_);
+    // This call's dW = dY^T X, (out, rows) x (rows, in), then added, as PyTorch adds a new gradient to .grad; in
+    // memory kept between calls (call_weight_grad_).
+    Matrix<Scalar>& dW = call_weight_grad_;
+    dW.resize(out_features_, in_features_);
     detail::transposed_times<Scalar>(false, dY, X, dW);
     weight_grad_ += dW;
     if (has_bias_ && dY.rows() > 0) bias_grad_ += dY.colwise().sum().transpose();
@@ -160,7 +162,8 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
   bool has_bias_;
   Matrix<Scalar> weight_;       // (out_features, in_features)
   Vector<Scalar> bias_;         // (out_features) or empty
-  Matrix<Scalar> weight_grad_;  // (out_features, in_features)
+  Matrix<Scalar> weight_grad_;       // (out_features, in_features)
+  Matrix<Scalar> call_weight_grad_;  // (out_features, in_features): backward_rows' scratch, no state between calls
   Vector<Scalar> bias_grad_;    // (out_features) or empty
   Tensor3<Scalar> recorded_input_;  // (batch, steps, in_features): the last operator() call's X
   bool recorded_ = false;

@@ -207,10 +207,14 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
     const Tensor3<Scalar>&queries = r.queries, &keys = r.keys_in(), &values = r.values_in();
     const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
     const Index num_hiddens = W_o_.out_features();
-    Matrix<Scalar> d_heads(batch * num_queries, num_hiddens);  // (batch * q, num_hiddens): dL/d(concatenated heads)
+    // Kept between calls (backward_buffers_): a repeated backward pass of one shape reuses their memory.
+    Matrix<Scalar>& d_heads = backward_buffers_.d_heads;  // (batch * q, num_hiddens): dL/d(concatenated heads)
+    d_heads.resize(batch * num_queries, num_hiddens);
     W_o_.backward_rows(r.heads, detail::as_matrix(grad_output), d_heads.data());
-    Matrix<Scalar> dQ(batch * num_queries, num_hiddens), dK(batch * num_keys, num_hiddens),
-        dV(batch * num_keys, num_hiddens);  // dL/d(projections), as Q, K, V
+    Matrix<Scalar>&dQ = backward_buffers_.dQ, &dK = backward_buffers_.dK, &dV = backward_buffers_.dV;
+    dQ.resize(batch * num_queries, num_hiddens);  // dL/d(projections), as Q, K, V
+    dK.resize(batch * num_keys, num_hiddens);
+    dV.resize(batch * num_keys, num_hiddens);
     const auto heads = [&](auto& X, Index length) { return detail::heads_of(X, batch, length, num_heads_); };
     const Matrix<Scalar>& d_heads_in = d_heads;
     detail::attention_heads_backward<Scalar>(heads(r.Q, num_queries), heads(r.K, num_keys), heads(r.V, num_keys),
@@ -257,6 +261,12 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
   Linear<Scalar> W_v_;
   Linear<Scalar> W_o_;
   Generator generator_;
+  // The backward pass's intermediate gradients, scratch that holds nothing between calls: kept so that the memory of
+  // one step is reused by the next (freed and taken again, blocks of this size are returned to the system and faulted
+  // back in on every step).
+  struct BackwardBuffers {
+    Matrix<Scalar> d_heads, dQ, dK, dV;
+  } backward_buffers_;
 };
 
 }  // namespace ATTEND_ABI
