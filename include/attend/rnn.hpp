@@ -101,19 +101,21 @@ class RNN : public Module, public detail::WithParameters<RNN<Scalar>, Scalar> {
 
     // 2. The recurrence. Seen as (batch, steps * hidden), columns t * hidden .. of H are step t of every batch
     //    row: a (batch, hidden) view with row stride steps * hidden. Each step adds h_{t-1} W_hh^T on the level's
-    //    row kernel, from one copy of W_hh^T made for the call (read once per step), then takes tanh. The steps are
-    //    sequential and each is a small product: they run on the calling thread.
-    detail::TransposedWeight<Scalar> recurrent;  // W_hh^T, (hidden, hidden rounded up to whole packets)
-    recurrent.transpose_only(weight_hh_.data(), hidden, hidden);
-    const Matrix<Scalar>& W_hh_t = recurrent.transposed();
+    //    row kernel, from one copy of W_hh^T made for the call (read once per step), packed into the level's
+    //    micro-panels in packet-aligned memory (at an Eigen matrix's 16-byte alignment every AVX-512 load of it would
+    //    span two cache lines), then takes tanh. The steps are sequential and each is a small product: they run on
+    //    the calling thread.
     const detail::Kernels<Scalar>& kernel = detail::kernels<Scalar>();
+    detail::TransposedWeight<Scalar> recurrent;  // W_hh^T, (hidden, hidden), packed
+    recurrent.transpose_only(weight_hh_.data(), hidden, hidden);
+    recurrent.pack_for(kernel);
     const Index ld = steps * hidden;  // between batch rows of a step's view
     Eigen::Map<Matrix<Scalar>> rows(H.data(), batch, ld);  // (batch, steps * hidden)
     for (Index t = 0; t < steps; ++t) {
       Scalar* h = H.data() + t * hidden;  // (batch, hidden), rows ld apart: x_t W_ih^T + b_ih + b_hh, then h_t
       if (t > 0)
-        kernel.rows_times_matrix(true, h - hidden, ld, batch, hidden, W_hh_t.data(), W_hh_t.cols(), hidden, true,
-                                 nullptr, h, ld);
+        kernel.packed_times_matrix(true, h - hidden, ld, batch, hidden, hidden, recurrent.packed(), hidden, hidden,
+                                   nullptr, h, ld);
       rows.middleCols(t * hidden, hidden).array() = rows.middleCols(t * hidden, hidden).array().tanh();
     }
     return H;
