@@ -31,7 +31,7 @@
 #include <attend/detail/kernels.hpp>
 #include <attend/detail/products.hpp>
 #include <attend/detail/project_rows.hpp>
-#include <attend/detail/transposed_weight.hpp>
+#include <attend/detail/packet_buffer.hpp>
 #include <attend/module.hpp>
 #include <attend/parameter.hpp>
 #include <attend/random.hpp>
@@ -106,15 +106,15 @@ class RNN : public Module, public detail::WithParameters<RNN<Scalar>, Scalar> {
     //    span two cache lines), then takes tanh. The steps are sequential and each is a small product: they run on
     //    the calling thread.
     const detail::Kernels<Scalar>& kernel = detail::kernels<Scalar>();
-    detail::TransposedWeight<Scalar> recurrent;  // W_hh^T, (hidden, hidden), packed
-    recurrent.transpose_only(weight_hh_.data(), hidden, hidden);
-    recurrent.pack_for(kernel);
+    detail::PacketBuffer<Scalar> recurrent;  // W_hh^T (hidden, hidden), packed: entry (k, o) at W_hh[o * hidden + k]
+    recurrent.resize(hidden * detail::padded_to_packets<Scalar>(hidden));
+    kernel.pack_panel(weight_hh_.data(), 1, hidden, hidden, hidden, recurrent.data());
     const Index ld = steps * hidden;  // between batch rows of a step's view
     Eigen::Map<Matrix<Scalar>> rows(H.data(), batch, ld);  // (batch, steps * hidden)
     for (Index t = 0; t < steps; ++t) {
       Scalar* h = H.data() + t * hidden;  // (batch, hidden), rows ld apart: x_t W_ih^T + b_ih + b_hh, then h_t
       if (t > 0)
-        kernel.packed_times_matrix(true, h - hidden, ld, batch, hidden, hidden, recurrent.packed(), hidden, hidden,
+        kernel.packed_times_matrix(true, h - hidden, ld, batch, hidden, hidden, recurrent.data(), hidden, hidden,
                                    nullptr, h, ld);
       rows.middleCols(t * hidden, hidden).array() = rows.middleCols(t * hidden, hidden).array().tanh();
     }

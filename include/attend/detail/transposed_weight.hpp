@@ -5,7 +5,7 @@
 // entries (the row kernel, detail/kernels/products-inl.hpp), on full packets with no reduction across lanes.
 //
 // For the packed products of many rows the same W^T is also kept packed into the row kernel's micro-panels of the
-// level that runs (packed_for), so that no chunk of rows packs it again; rebuilt with W^T, or when the level changes.
+// level that runs (pack_for), so that no chunk of rows packs it again; rebuilt with W^T, or when the level changes.
 //
 // A kept copy must never be stale: Linear::weight() hands out a reference, so W may change at any time between
 // calls. TransposedWeight therefore keeps the W it was made from and compares it, bit for bit, with the W of every

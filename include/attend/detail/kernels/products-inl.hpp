@@ -141,6 +141,14 @@ void rows_times_matrix_rows(const Scalar* X, Index ldx, Index in, const Scalar* 
   if (packets * P < out) rows_times_tail<R, Accumulate>(X, ldx, in, B, ldb, packets * P, out, bias, Y, ldy);
 }
 
+// Blocks of `wide` rows to take before the 4-row ones and the single rows: rows / wide, less one when taking its rows
+// as 4-row blocks leaves fewer rows alone (128 rows of 6: 20 x 6 + 2 x 4, not 21 x 6 + 2 x 1; a row alone makes as
+// many loads of B as a whole block).
+constexpr Index wide_row_blocks(Index rows, Index wide) {
+  const Index blocks = rows / wide, left = rows % wide;
+  return blocks > 0 && (left + wide) % 4 < left % 4 ? blocks - 1 : blocks;
+}
+
 // rows_times_matrix below for a B that stays in cache. Rows go row_accumulators / 4 at a time (6 with 32
 // registers, C up to 4 packets of columns), or row_accumulators / 2 and then 8 when out is at most 2 packets (a head
 // of 32 floats: with few rows there, a step would make 2 loads of B and as many broadcasts as rows for only 2
@@ -159,10 +167,7 @@ void rows_times_panel(const Scalar* X, Index ldx, Index rows, Index in, const Sc
       for (; r + 8 <= rows; r += 8)
         rows_times_matrix_rows<8, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, padded, bias, Y + r * ldy, ldy);
   } else if constexpr (wide > 4) {
-    Index blocks = rows / wide;
-    const Index left = rows % wide;
-    if (blocks > 0 && (left + wide) % 4 < left % 4) --blocks;  // the last wide block as 4-row ones: fewer rows alone
-    for (; r < blocks * wide; r += wide)
+    for (const Index end = wide_row_blocks(rows, wide) * wide; r < end; r += wide)
       rows_times_matrix_rows<wide, Accumulate>(X + r * ldx, ldx, in, B, ldb, out, padded, bias, Y + r * ldy, ldy);
   }
   for (; r + 4 <= rows; r += 4)
@@ -278,18 +283,14 @@ void packed_rows_times_panel(const Scalar* X, Index ldx, Index steps, const Scal
   }
 }
 
-// Every row of Y over one packed panel (as packed_rows_times_panel): packed_rows at a time, then 4, then one; the
-// last packed_rows block as 4-row ones when that leaves fewer rows alone (128 rows: 20 x 6 + 2 x 4, not 21 x 6 + 2
-// x 1: a row alone makes as many loads of the panel as a block of 6).
+// Every row of Y over one packed panel (as packed_rows_times_panel): packed_rows at a time (wide_row_blocks), then 4,
+// then one.
 template <bool Accumulate, bool Transposed, class Scalar>
 void packed_times_panel(const Scalar* X, Index ldx, Index rows, Index steps, const Scalar* packed, Index first,
                         Index depth, Index stored, Index columns, const Scalar* bias, Scalar* Y, Index ldy) {
   constexpr int R = packed_rows<Scalar>;
-  Index blocks = rows / R;
-  const Index left = rows % R;
-  if (R > 4 && blocks > 0 && (left + R) % 4 < left % 4) --blocks;
   Index r = 0;
-  for (; r < blocks * R; r += R)
+  for (const Index end = wide_row_blocks(rows, R) * R; r < end; r += R)
     packed_rows_times_panel<R, Accumulate, Transposed>(x_entry<Transposed>(X, ldx, r, 0), ldx, steps, packed, first,
                                                        depth, stored, columns, bias, Y + r * ldy, ldy);
   for (; r + 4 <= rows; r += 4)
