@@ -5,6 +5,7 @@
 // packed once by its caller (the tiled kernel's K^T and V blocks, in packet-aligned buffers), and the blocked
 // transpose (detail/transpose.hpp).
 #include <attend/detail/packet_buffer.hpp>
+#include <attend/detail/products.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/detail/rows_times_matrix.hpp>
 #include <attend/detail/transpose.hpp>
@@ -20,6 +21,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <utility>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 using attend::Index;
 using attend::Matrix;
@@ -290,6 +295,45 @@ TEMPLATE_TEST_CASE("transposed_times_matrix gives A^T B + bias, or adds it, with
                                              : affine_by_definition(At, Bt, bias);
   REQUIRE_THAT(Y, attend_test::Near(expected, tolerance_of_sums<TestType>(in)));
   REQUIRE(Y == copied);  // bit for bit
+}
+
+TEMPLATE_TEST_CASE("times and transposed_times give A B and A^T B in chunks of rows and of columns, the same bits on 1 "
+                   "and 2 threads", "[transposed_weight][threads]", float, double) {
+  // C's rows within one chunk (tuning::rows_per_chunk) and past it; its columns within one panel of the row kernel
+  // (tuning::product_panel_width) and over several; depth past a panel's (tuning::product_panel_depth), and enough
+  // work for a team of threads (tuning::worth_a_team).
+  const Index m = GENERATE(7, 256, 300);
+  const Index n = GENERATE(130, 300);
+  const Index k = 1100;
+  CAPTURE(m, n);
+  const Matrix<TestType> A = random_matrix<TestType>(m, k, 31);    // (m, k)
+  const Matrix<TestType> At = random_matrix<TestType>(k, m, 32);   // (k, m): transposed_times' A
+  const Matrix<TestType> B = random_matrix<TestType>(k, n, 33);    // (k, n)
+  const Matrix<TestType> C0 = random_matrix<TestType>(m, n, 34);   // (m, n): what transposed_times adds to
+  const auto both = [&] {
+    Matrix<TestType> C(m, n), D = C0;  // (m, n) each: A B, and C0 + At^T B
+    attend::detail::times<TestType>(false, A.data(), k, m, k, B.data(), n, n, C.data(), n);
+    attend::detail::transposed_times<TestType>(true, At, B, D);
+    return std::make_pair(C, D);
+  };
+#ifdef _OPENMP
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto one = both();
+  omp_set_num_threads(2);
+  const auto two = both();
+  omp_set_num_threads(threads);
+  REQUIRE(two.first == one.first);  // bit for bit
+  REQUIRE(two.second == one.second);
+#else
+  const auto two = both();
+#endif
+  const Vector<TestType> none;
+  const Matrix<TestType> Bt = B.transpose();  // (n, k)
+  REQUIRE_THAT(two.first, attend_test::Near(affine_by_definition(A, Bt, none), tolerance_of_sums<TestType>(k)));
+  const Matrix<TestType> Att = At.transpose();  // (m, k)
+  const Matrix<double> expected = C0.template cast<double>() + affine_by_definition(Att, Bt, none);
+  REQUIRE_THAT(two.second, attend_test::Near(expected, tolerance_of_sums<TestType>(k)));
 }
 
 TEMPLATE_TEST_CASE("strided_times_matrix gives X B + bias, or adds it, reading B in any layout, with the bits of "

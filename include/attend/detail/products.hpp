@@ -2,8 +2,8 @@
 // (detail/kernels/products-inl.hpp):
 //   times(A, B)             C = A B          A (m, k), B (k, n)
 //   transposed_times(A, B)  C (+)= A^T B     A (k, m), B (k, n)     (A read in place)
-// Every element of C is one multiply-add chain over k in order, and rows of C go in fixed chunks shared among the
-// threads: the same bits whatever the number of threads. All matrices row-major with contiguous rows.
+// Every element of C is one multiply-add chain over k in order, and C goes in fixed chunks shared among the threads:
+// the same bits whatever the number of threads. All matrices row-major with contiguous rows.
 #pragma once
 
 #include <attend/config.hpp>
@@ -18,15 +18,20 @@ namespace attend {
 inline namespace ATTEND_ABI {
 namespace detail {
 
-// product(r0, rows) for each chunk of tuning::rows_per_chunk of the m rows of an (m, k) by (k, n) product, shared among
-// the threads; the chunks fixed by m alone.
-template <class Product>
-void in_row_chunks(Index m, Index k, Index n, const Product& product) {
-  const Index chunks = (m + tuning::rows_per_chunk - 1) / tuning::rows_per_chunk;
-  parallel_for(chunks, static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n), [&](Index c, int) {
-    const Index r0 = c * tuning::rows_per_chunk;
-    product(r0, std::min(tuning::rows_per_chunk, m - r0));
-  });
+// product(r0, rows, c0, columns) for each chunk of C (m, n) in an (m, k) by (k, n) product, shared among the threads:
+// tuning::rows_per_chunk rows by one panel of the row kernel's columns (tuning::product_panel_width, the split it
+// makes itself, so a chunk adds no pass over B), so that a product of few rows and many columns, such as a weight
+// gradient (out, in), still has work for every thread. The chunks fixed by m and n alone.
+template <class Scalar, class Product>
+void in_chunks(Index m, Index k, Index n, const Product& product) {
+  constexpr Index width = tuning::product_panel_width<Scalar>;
+  const Index row_chunks = (m + tuning::rows_per_chunk - 1) / tuning::rows_per_chunk;
+  const Index column_chunks = (n + width - 1) / width;
+  parallel_for(row_chunks * column_chunks, static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n),
+               [&](Index c, int) {
+                 const Index r0 = c / column_chunks * tuning::rows_per_chunk, c0 = c % column_chunks * width;
+                 product(r0, std::min(tuning::rows_per_chunk, m - r0), c0, std::min(width, n - c0));
+               });
 }
 
 // C (m, n) = A (m, k) B (k, n), or C += A B when accumulate. Rows lda, ldb, ldc apart.
@@ -35,8 +40,9 @@ void times(bool accumulate, const Scalar* A, Index lda, Index m, Index k, const 
            Scalar* C, Index ldc) {
   if (m == 0 || n == 0) return;
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
-  in_row_chunks(m, k, n, [&](Index r0, Index rows) {
-    kernel.rows_times_matrix(accumulate, A + r0 * lda, lda, rows, k, B, ldb, n, false, nullptr, C + r0 * ldc, ldc);
+  in_chunks<Scalar>(m, k, n, [&](Index r0, Index rows, Index c0, Index columns) {
+    kernel.rows_times_matrix(accumulate, A + r0 * lda, lda, rows, k, B + c0, ldb, columns, false, nullptr,
+                             C + r0 * ldc + c0, ldc);
   });
 }
 
@@ -51,10 +57,10 @@ void transposed_times(bool accumulate, const Eigen::Ref<const Matrix<Scalar>>& A
     return;
   }
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
-  in_row_chunks(C.rows(), A.rows(), C.cols(), [&](Index r0, Index rows) {
-    // rows r0 .. of C: A^T's rows r0 .., A's columns r0 ..
-    kernel.transposed_times_matrix(accumulate, A.data() + r0, A.outerStride(), rows, A.rows(), B.data(),
-                                   B.outerStride(), C.cols(), nullptr, C.data() + r0 * C.outerStride(),
+  in_chunks<Scalar>(C.rows(), A.rows(), C.cols(), [&](Index r0, Index rows, Index c0, Index columns) {
+    // rows r0 .. of C: A^T's rows r0 .., A's columns r0 ..; columns c0 .. of C: B's columns c0 ..
+    kernel.transposed_times_matrix(accumulate, A.data() + r0, A.outerStride(), rows, A.rows(), B.data() + c0,
+                                   B.outerStride(), columns, nullptr, C.data() + r0 * C.outerStride() + c0,
                                    C.outerStride());
   });
 }
