@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <type_traits>
 #include <support/fixture.hpp>
 #include <support/lens.hpp>
@@ -305,6 +306,68 @@ TEMPLATE_TEST_CASE("every level's softmax_gradient_row is p (dp - D), 0 where p 
   }
 }
 
+TEMPLATE_TEST_CASE("every level's softmax_backward_row is (y (dy - s)) scale on the keys a row sees, 0 elsewhere",
+                   "[masked_softmax]", float, double) {
+  // Against the rule as written (softmax's backward pass, s = sum_k y_k dy_k over the visible keys), in double from
+  // the same inputs: rows of every length from 0 to 3 packets + 3 of the widest level, visible ranges that start and
+  // end inside a packet, a keep row with holes, a row that sees nothing; masked keys' dy hold NaN and inf, which must
+  // not reach s; dx written over dy (in place, as the attention paths call it) and into a fresh row; the entry after
+  // the row is a sentinel that must survive.
+  constexpr Index size = attend::detail::row_packet_size<TestType>;
+  const TestType inf = std::numeric_limits<TestType>::infinity(), nan = std::numeric_limits<TestType>::quiet_NaN();
+  const TestType scale = TestType(0.125);
+  const TestType eps = std::numeric_limits<TestType>::epsilon();
+  for (attend::Isa isa : attend_test::levels()) {
+    const auto& kernel = attend::detail::kernels_for<TestType>(isa);
+    for (Index n = 0; n <= 3 * size + 3; ++n) {
+      std::unique_ptr<bool[]> keep(new bool[static_cast<std::size_t>(n) + 1]);
+      for (Index j = 0; j < n; ++j) keep[j] = j % 3 != 1;
+      struct Case {
+        Index first, last;
+        bool holes;
+      };
+      const Case cases[] = {{0, n, false}, {n / 3, n - n / 4, false}, {1, n, false}, {0, n / 2, false}, {n, n, false},
+                            {0, n, true},  {2, n - 1, true}};
+      for (const Case& c : cases) {
+        attend::VisibleKeys keys;
+        keys.first = std::min(c.first, n);
+        keys.last = std::max(keys.first, std::min(c.last, n));
+        if (c.holes) keys.keep = keep.get();
+        const attend::Vector<TestType> y = (attend::Vector<TestType>::Random(n).array() + TestType(1)) / TestType(2);
+        attend::Vector<TestType> dy = attend::Vector<TestType>::Random(n + 1);
+        for (Index j = 0; j < n; ++j)
+          if (!keys.sees(j)) dy(j) = j % 2 == 0 ? nan : inf;
+        dy(n) = TestType(123);  // the sentinel
+        double s = 0;
+        for (Index j = 0; j < n; ++j)
+          if (keys.sees(j)) s += static_cast<double>(y(j)) * static_cast<double>(dy(j));
+        double largest = 0;  // the scale of the row's terms: s's rounding is relative to it
+        for (Index j = 0; j < n; ++j)
+          if (keys.sees(j)) largest += std::abs(static_cast<double>(y(j)) * static_cast<double>(dy(j)));
+        attend::Vector<TestType> in_place = dy, fresh = attend::Vector<TestType>::Constant(n + 1, TestType(7));
+        fresh(n) = TestType(123);
+        kernel.softmax_backward_row(y.data(), in_place.data(), in_place.data(), n, keys, scale);
+        kernel.softmax_backward_row(y.data(), dy.data(), fresh.data(), n, keys, scale);
+        for (Index j = 0; j < n; ++j) {
+          CAPTURE(attend::isa_name(isa), n, c.first, c.last, c.holes, j);
+          REQUIRE(bits_of(in_place(j)) == bits_of(fresh(j)));
+          if (!keys.sees(j)) {
+            REQUIRE(bits_of(fresh(j)) == bits_of(TestType(0)));
+          } else {
+            const double expected = static_cast<double>(y(j)) * (static_cast<double>(dy(j)) - s) * scale;
+            // s within n eps of the sum of |terms|, then three roundings of the entry's own
+            const double bound = (static_cast<double>(n) * largest + 4 * std::abs(static_cast<double>(dy(j)) - s)) *
+                                 static_cast<double>(eps) * static_cast<double>(y(j)) * scale;
+            REQUIRE(std::abs(static_cast<double>(fresh(j)) - expected) <= bound);
+          }
+        }
+        REQUIRE(in_place(n) == TestType(123));
+        REQUIRE(fresh(n) == TestType(123));
+      }
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("masked_softmax_block gives every row the bits of masked_softmax_row", "[masked_softmax]", float,
                    double) {
   // Rows shorter than a packet take the block's own pass (one exp over the whole block); the test covers those
@@ -344,9 +407,9 @@ TEMPLATE_TEST_CASE("masked_softmax_block gives every row the bits of masked_soft
     for (Index q = 0; q < num_queries; ++q)
       kernel.masked_softmax_row(&by_rows(q, 0), num_keys, mask.visible_keys(0, q, num_queries, num_keys),
                                 mask.fully_masked());
-    kernel.masked_softmax_block(block.data(), num_queries, num_keys, num_keys, mask, 0);
+    kernel.masked_softmax_block(block.data(), num_queries, num_keys, num_keys, mask, 0, TestType(1));
     auto view = wide.leftCols(num_keys);  // the same scores, rows num_keys + 3 apart
-    kernel.masked_softmax_block(view.data(), num_queries, num_keys, view.outerStride(), mask, 0);
+    kernel.masked_softmax_block(view.data(), num_queries, num_keys, view.outerStride(), mask, 0, TestType(1));
     // Bit for bit, but a NaN matches any NaN: its sign and payload depend on the order of an instruction's operands,
     // which the compiler may swap in a commutative multiply.
     const auto same = [](TestType a, TestType b) { return std::isnan(a) ? std::isnan(b) : bits_of(a) == bits_of(b); };

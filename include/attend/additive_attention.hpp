@@ -7,8 +7,8 @@
 // state_dict() uses d2l's names: W_k.weight, W_q.weight, w_v.weight.
 //
 // Training: operator() records its inputs, the projections and the dropout seed for backward(grad_output). With
-// f_ij = tanh(q_i + k_j), dS the gradient of the scores (softmax_backward_row, detail/mask_row.hpp) and F the
-// dropout's factors:  dV = (P F)^T dO;  dS = softmax_backward(P, (dO V^T) F);  dw_v += sum_ij dS_ij f_ij;
+// f_ij = tanh(q_i + k_j), dS the gradient of the scores (softmax_backward_row, detail/kernels/softmax-inl.hpp) and F
+// the dropout's factors:  dV = (P F)^T dO;  dS = softmax_backward(P, (dO V^T) F);  dw_v += sum_ij dS_ij f_ij;
 // dq_i += sum_j dS_ij w_v (1 - f_ij^2), dk_j likewise over i; then W_q's and W_k's backward passes.
 #pragma once
 
@@ -16,9 +16,9 @@
 #include <attend/config.hpp>
 #include <attend/detail/attend_rows.hpp>
 #include <attend/detail/attention_dropout.hpp>
-#include <attend/detail/mask_row.hpp>
 #include <attend/linear.hpp>
 #include <attend/mask.hpp>
+#include <attend/masked_softmax.hpp>
 #include <attend/module.hpp>
 #include <attend/parameter.hpp>
 #include <attend/random.hpp>

@@ -147,7 +147,8 @@ class DotProductAttention : public detail::AttentionPathModule<DotProductAttenti
   }
 
   AttentionGradients<Scalar> backward_pass(const detail::AttentionRecord<Scalar>& r, const Tensor3<Scalar>* weights,
-                                           const Tensor3<Scalar>& grad_output) const {
+                                           const Tensor3<Scalar>& grad_output,
+                                           detail::HeadsBackwardBuffers<Scalar>& buffers) const {
     const Tensor3<Scalar>&queries = r.queries, &keys = r.keys_in(), &values = r.values_in();
     const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
     AttentionGradients<Scalar> g{Tensor3<Scalar>(queries.dimensions()), Tensor3<Scalar>(keys.dimensions()),
@@ -158,7 +159,7 @@ class DotProductAttention : public detail::AttentionPathModule<DotProductAttenti
     detail::attention_heads_backward<Scalar>(
         heads(queries, num_queries), heads(keys, num_keys), heads(values, num_keys), r.mask, r.dropout, weights,
         detail::heads_of(O, batch, num_queries, 1), r.lse, heads(grad_output, num_queries),
-        heads(g.queries, num_queries), heads(g.keys, num_keys), heads(g.values, num_keys));
+        heads(g.queries, num_queries), heads(g.keys, num_keys), heads(g.values, num_keys), buffers);
     return g;
   }
 

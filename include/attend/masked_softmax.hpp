@@ -40,6 +40,14 @@ void masked_softmax_row(Scalar* row, Index num_keys, const VisibleKeys& keys, Fu
   kernels<Scalar>().masked_softmax_row(row, num_keys, keys, rule);
 }
 
+// The softmax's backward pass on one row (detail/kernels/softmax-inl.hpp, softmax_backward_row): dx = (y (dy - s))
+// scale on the keys the row sees, 0 elsewhere, s = sum y dy over them. y, dy, dx: (num_keys); dx may be dy.
+template <class Scalar>
+void softmax_backward_row(const Scalar* y, const Scalar* dy, Scalar* dx, Index num_keys, const VisibleKeys& keys,
+                          Scalar scale = Scalar(1)) {
+  kernels<Scalar>().softmax_backward_row(y, dy, dx, num_keys, keys, scale);
+}
+
 // Every row of a row-major (queries, keys) block of scores, in place; the block belongs to batch row b of the mask,
 // whose shape the caller checked (Mask::require_shape).
 template <class Derived>
@@ -48,7 +56,7 @@ void masked_softmax_block(Eigen::MatrixBase<Derived>& scores, const Mask& mask, 
   static_assert(static_cast<int>(Derived::IsRowMajor) == 1, "scores must be row-major");
   if (scores.rows() == 0 || scores.cols() == 0) return;  // no row to point into
   kernels<Scalar>().masked_softmax_block(&scores.derived().coeffRef(0, 0), scores.rows(), scores.cols(),
-                                         scores.derived().outerStride(), mask, b);
+                                         scores.derived().outerStride(), mask, b, Scalar(1));
 }
 
 }  // namespace detail
@@ -70,7 +78,8 @@ Tensor3<Scalar> masked_softmax(const Tensor3<Scalar>& X, const Mask& mask = {}) 
 // The gradient of masked_softmax: Y = masked_softmax(X, mask), dY = dL/dY -> dX = dL/dX, all (batch, queries, keys).
 // In a row, with s = sum_k Y_k dY_k, dX_j = Y_j (dY_j - s) for a key j the row sees and 0 for a masked one: its score
 // was replaced (by -1e6) before the softmax, so it does not depend on X at all. A query that sees no key gets a zero
-// row, whatever the mask's FullyMasked rule (detail/mask_row.hpp). Y must be what masked_softmax(X, mask) gave.
+// row, whatever the mask's FullyMasked rule (detail/kernels/softmax-inl.hpp). Y must be what masked_softmax(X, mask)
+// gave.
 template <class Scalar>
 Tensor3<Scalar> masked_softmax_backward(const Tensor3<Scalar>& Y, const Tensor3<Scalar>& dY, const Mask& mask = {}) {
   constexpr const char* where = "masked_softmax_backward";
@@ -78,11 +87,12 @@ Tensor3<Scalar> masked_softmax_backward(const Tensor3<Scalar>& Y, const Tensor3<
   detail::require_shape(dY, {batch, num_queries, num_keys}, where, "grad_Y", "(Y's shape: batch, queries, keys)");
   mask.require_shape(batch, num_queries, num_keys, where);
   Tensor3<Scalar> dX(batch, num_queries, num_keys);  // (batch, queries, keys)
+  const detail::Kernels<Scalar>& kernel = detail::kernels<Scalar>();
   for (Index b = 0; b < batch; ++b)
     for (Index q = 0; q < num_queries; ++q) {
       const Index row = (b * num_queries + q) * num_keys;
-      detail::softmax_backward_row(Y.data() + row, dY.data() + row, dX.data() + row, num_keys,
-                                   mask.visible_keys(b, q, num_queries, num_keys));
+      kernel.softmax_backward_row(Y.data() + row, dY.data() + row, dX.data() + row, num_keys,
+                                  mask.visible_keys(b, q, num_queries, num_keys), Scalar(1));
     }
   return dX;
 }

@@ -203,7 +203,8 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
 
   // The backward pass of a recorded call: W_o, the heads (on that call's path), then W_q, W_k, W_v.
   AttentionGradients<Scalar> backward_pass(const detail::AttentionRecord<Scalar>& r, const Tensor3<Scalar>* weights,
-                                           const Tensor3<Scalar>& grad_output) {
+                                           const Tensor3<Scalar>& grad_output,
+                                           detail::HeadsBackwardBuffers<Scalar>& buffers) {
     const Tensor3<Scalar>&queries = r.queries, &keys = r.keys_in(), &values = r.values_in();
     const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
     const Index num_hiddens = W_o_.out_features();
@@ -220,7 +221,7 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
     detail::attention_heads_backward<Scalar>(heads(r.Q, num_queries), heads(r.K, num_keys), heads(r.V, num_keys),
                                              r.mask, r.dropout, weights, heads(r.heads, num_queries), r.lse,
                                              heads(d_heads_in, num_queries), heads(dQ, num_queries),
-                                             heads(dK, num_keys), heads(dV, num_keys));
+                                             heads(dK, num_keys), heads(dV, num_keys), buffers);
     AttentionGradients<Scalar> g{Tensor3<Scalar>(queries.dimensions()), Tensor3<Scalar>(keys.dimensions()),
                                  Tensor3<Scalar>(values.dimensions())};
     W_q_.backward_rows(detail::as_matrix(queries), dQ, g.queries.data());

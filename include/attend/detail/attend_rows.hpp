@@ -135,17 +135,17 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
     const auto Vh = V.head(b, h / group);   // (keys, dv)
     auto scores = slice(weights, bh);       // (queries, keys)
     auto out = output.head(b, h);           // (queries, dv)
-    if (tiny) {
+    if (tiny) {  // scaled here
       kernel.tiny_scores(Qh.data(), Qh.outerStride(), Kh.data(), Kh.outerStride(), num_queries, num_keys, d, scale,
                          scores.data(), scores.outerStride());
-    } else {  // scale * (Q_h K_h^T), as d2l's bmm(Q, K^T) / sqrt(d)
+    } else {  // Q_h K_h^T, scaled by the softmax's first pass over each row, as d2l's bmm(Q, K^T) / sqrt(d)
       Matrix<Scalar>& KT = transposed_keys[static_cast<std::size_t>(thread)];  // (d, padded keys), padding 0
       kernel.transpose_into(Kh.data(), Kh.outerStride(), num_keys, d, KT.data(), KT.outerStride());
       kernel.rows_times_matrix(false, Qh.data(), Qh.outerStride(), num_queries, d, KT.data(), KT.outerStride(),
                                num_keys, true, nullptr, scores.data(), scores.outerStride());
-      scores *= scale;
     }
-    kernel.masked_softmax_block(scores.data(), num_queries, num_keys, scores.outerStride(), mask, b);
+    kernel.masked_softmax_block(scores.data(), num_queries, num_keys, scores.outerStride(), mask, b,
+                                tiny ? Scalar(1) : scale);
     if (dropout.active()) {
       Matrix<Scalar>& P = dropped[static_cast<std::size_t>(thread)];  // (queries, keys); the kept weights stay
       P = scores;

@@ -7,7 +7,7 @@
 //   P~ = P * F                     the weights the values were multiplied by          (queries, keys)
 //   dV_g += P~^T dO                                                                    (keys, dv)
 //   dP = (dO V_g^T) * F                                                                (queries, keys)
-//   dS = softmax_backward(P, dP)   row by row, 0 for a masked key (detail/mask_row.hpp)
+//   dS = softmax_backward(P, dP)   row by row, 0 for a masked key (softmax_backward_row, kernels/softmax-inl.hpp)
 //   dQ_h = scale dS K_g,   dK_g += scale dS^T Q_h                                      (queries, d), (keys, d)
 // A key/value head's gradients add its query heads' in order h = g * group, g * group + 1, ...: one thread makes
 // them, so the bits do not depend on the number of threads. Every product runs on the level's row kernel.
@@ -18,7 +18,6 @@
 #include <attend/detail/flash_backward.hpp>
 #include <attend/detail/heads.hpp>
 #include <attend/detail/kernels.hpp>
-#include <attend/detail/mask_row.hpp>
 #include <attend/mask.hpp>
 #include <attend/tensor.hpp>
 #include <attend/threads.hpp>
@@ -32,21 +31,26 @@ namespace detail {
 // One thread's buffers for the backward pass of one head.
 template <class Scalar>
 struct AttentionBackwardScratch {
-  AttentionBackwardScratch(Index num_queries, Index num_keys, Index dv)
-      : A(num_queries, num_keys),
-        VT(Matrix<Scalar>::Zero(dv, padded_to_packets<Scalar>(num_keys))) {}
-  Matrix<Scalar> A;   // (queries, keys): P~, then dP, then scale dS
+  // Sized for heads of (num_queries, num_keys) weights and values of dv; the padding of VT is 0.
+  void resize(Index num_queries, Index num_keys, Index dv) {
+    A.resize(num_queries, num_keys);
+    if (VT.rows() != dv || VT.cols() != padded_to_packets<Scalar>(num_keys))
+      VT = Matrix<Scalar>::Zero(dv, padded_to_packets<Scalar>(num_keys));
+  }
+  Matrix<Scalar> A;   // (queries, keys): P~ (with dropout), then dP, then scale dS
   Matrix<Scalar> VT;  // (dv, keys padded to whole packets): V_g^T, the padding 0
 };
 
 // The gradients of scaled_dot_product_heads' inputs, written into dQ, dK, dV (views of the shapes of Q, K, V):
 //   Q, K, V, mask, dropout: the forward call's; weights: the (batch * Q.count, queries, keys) weights it kept
-//   dO: the gradient of its output (as Q, with heads of dv)
+//   dO: the gradient of its output (as Q, with heads of dv); scratch: one per thread, resized here (kept by the
+//   caller across calls, they make a repeated call allocation-free)
 template <class Scalar>
 void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads<const Scalar>& K,
                                        const Heads<const Scalar>& V, const Mask& mask, const Tensor3<Scalar>& weights,
                                        const AttentionDropout& dropout, const Heads<const Scalar>& dO,
-                                       const Heads<Scalar>& dQ, const Heads<Scalar>& dK, const Heads<Scalar>& dV) {
+                                       const Heads<Scalar>& dQ, const Heads<Scalar>& dK, const Heads<Scalar>& dV,
+                                       std::vector<AttentionBackwardScratch<Scalar>>& scratch) {
   const Index batch = Q.batch, num_queries = Q.length, num_keys = K.length, num_heads = Q.count;
   const Index kv_heads = K.count, group = num_heads / kv_heads;
   const Index d = Q.dim, dv = V.dim;
@@ -65,8 +69,8 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
   }
   const Scalar scale = Scalar(1) / std::sqrt(static_cast<Scalar>(d));
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
-  std::vector<AttentionBackwardScratch<Scalar>> scratch(static_cast<std::size_t>(num_threads()),
-                                                        AttentionBackwardScratch<Scalar>(num_queries, num_keys, dv));
+  scratch.resize(static_cast<std::size_t>(num_threads()));
+  for (AttentionBackwardScratch<Scalar>& s : scratch) s.resize(num_queries, num_keys, dv);
   const double total = static_cast<double>(num_queries) * static_cast<double>(num_keys) *
                        static_cast<double>(batch * num_heads) * static_cast<double>(2 * d + 2 * dv);
   parallel_for(batch * kv_heads, total,
@@ -86,11 +90,15 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
                    const auto dOh = dO.head(b, h);                                    // (queries, dv)
                    auto dQh = dQ.head(b, h);                                          // (queries, d)
                    const Scalar* P = weights.data() + pair * num_queries * num_keys;  // (queries, keys)
-                   // dV_g += P~^T dO
-                   s.A = Eigen::Map<const Matrix<Scalar>>(P, num_queries, num_keys);
-                   for (Index i = 0; i < num_queries; ++i)
-                     dropout.apply(s.A.data() + i * num_keys, num_keys, pair, i, Index(0));
-                   kernel.transposed_times_matrix(true, s.A.data(), num_keys, num_keys, num_queries, dOh.data(),
+                   // dV_g += P~^T dO, P~ = P without dropout, read in place
+                   const Scalar* dropped = P;  // (queries, keys)
+                   if (dropout.active()) {
+                     s.A = Eigen::Map<const Matrix<Scalar>>(P, num_queries, num_keys);
+                     for (Index i = 0; i < num_queries; ++i)
+                       dropout.apply(s.A.data() + i * num_keys, num_keys, pair, i, Index(0));
+                     dropped = s.A.data();
+                   }
+                   kernel.transposed_times_matrix(true, dropped, num_keys, num_keys, num_queries, dOh.data(),
                                                   dOh.outerStride(), dv, nullptr, dVg.data(), dVg.outerStride());
                    // dP = (dO V_g^T) * F, then scale dS row by row
                    kernel.rows_times_matrix(false, dOh.data(), dOh.outerStride(), num_queries, dv, s.VT.data(),
@@ -98,10 +106,9 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
                    for (Index i = 0; i < num_queries; ++i) {
                      Scalar* row = s.A.data() + i * num_keys;  // (keys)
                      dropout.apply(row, num_keys, pair, i, Index(0));
-                     softmax_backward_row(P + i * num_keys, row, row, num_keys,
-                                          mask.visible_keys(b, i, num_queries, num_keys));
+                     kernel.softmax_backward_row(P + i * num_keys, row, row, num_keys,
+                                                 mask.visible_keys(b, i, num_queries, num_keys), scale);
                    }
-                   s.A *= scale;
                    // dQ_h = scale dS K_g;  dK_g += scale dS^T Q_h
                    kernel.rows_times_matrix(false, s.A.data(), num_keys, num_queries, num_keys, Kg.data(),
                                             Kg.outerStride(), d, false, nullptr, dQh.data(), dQh.outerStride());
@@ -111,17 +118,27 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
                });
 }
 
+// The scratch of both paths' backward passes, kept by a module between calls: a repeated training step reuses its
+// memory (blocks this large, freed and taken again, go back to the system and are faulted in again on every step).
+// Its contents between calls mean nothing.
+template <class Scalar>
+struct HeadsBackwardBuffers {
+  std::vector<AttentionBackwardScratch<Scalar>> direct;  // one per thread
+  FlashBackwardBuffers<Scalar> tiled;
+};
+
 // The backward pass of either path: the direct one's when the forward call kept its weights (weights not null),
 // otherwise the tiled one's, from that call's output O and log-sum-exp lse. Arguments as the two above.
 template <class Scalar>
 void attention_heads_backward(const Heads<const Scalar>& Q, const Heads<const Scalar>& K, const Heads<const Scalar>& V,
                               const Mask& mask, const AttentionDropout& dropout, const Tensor3<Scalar>* weights,
                               const Heads<const Scalar>& O, const Vector<Scalar>& lse, const Heads<const Scalar>& dO,
-                              const Heads<Scalar>& dQ, const Heads<Scalar>& dK, const Heads<Scalar>& dV) {
+                              const Heads<Scalar>& dQ, const Heads<Scalar>& dK, const Heads<Scalar>& dV,
+                              HeadsBackwardBuffers<Scalar>& buffers) {
   if (weights != nullptr) {
-    scaled_dot_product_heads_backward<Scalar>(Q, K, V, mask, *weights, dropout, dO, dQ, dK, dV);
+    scaled_dot_product_heads_backward<Scalar>(Q, K, V, mask, *weights, dropout, dO, dQ, dK, dV, buffers.direct);
   } else {
-    flash_attention_heads_backward<Scalar>(Q, K, V, mask, dropout, O, lse, dO, dQ, dK, dV);
+    flash_attention_heads_backward<Scalar>(Q, K, V, mask, dropout, O, lse, dO, dQ, dK, dV, buffers.tiled);
   }
 }
 

@@ -20,7 +20,9 @@
 //   Index output_features(values) const          the last axis of the output
 //   void check_backward(const char* where) const  throws unless parameters and gradients keep their shapes
 //   AttentionGradients<Scalar> backward_pass(const AttentionRecord&, const Tensor3<Scalar>* weights,
-//                                            const Tensor3& grad_output)     adds the parameters' gradients
+//                                            const Tensor3& grad_output, HeadsBackwardBuffers<Scalar>&)
+//                                               adds the parameters' gradients; the buffers: the heads' backward
+//                                               pass's scratch, kept here between calls
 // and the public dropout() and generator().
 #pragma once
 
@@ -28,6 +30,7 @@
 
 #include <attend/attention_gradients.hpp>
 #include <attend/attention_path.hpp>
+#include <attend/detail/attention_backward.hpp>
 #include <attend/detail/attention_dropout.hpp>
 #include <attend/mask.hpp>
 #include <attend/module.hpp>
@@ -104,7 +107,8 @@ class AttentionPathModule : public Module {
     require_shape(grad_output,
                   {queries.dimension(0), queries.dimension(1), derived().output_features(record_.values_in())},
                   where.c_str(), "grad_output", "(batch, queries, output features)");
-    return derived().backward_pass(record_, record_.tiled ? nullptr : &attention_weights_, grad_output);
+    return derived().backward_pass(record_, record_.tiled ? nullptr : &attention_weights_, grad_output,
+                                   heads_backward_);
   }
 
   Tensor3<Scalar> forward(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
@@ -149,6 +153,7 @@ class AttentionPathModule : public Module {
   AttentionWorkspace<Scalar> workspace_;
   AttentionRecord<Scalar> record_;  // of the last operator() call
   bool recorded_ = false;
+  HeadsBackwardBuffers<Scalar> heads_backward_;  // scratch of backward(), reused by the next call
 };
 
 }  // namespace detail

@@ -42,17 +42,17 @@ namespace detail {
 // One thread's tiles, for tiles of br by bc and heads of d and dv.
 template <class Scalar>
 struct FlashBackwardScratch {
-  FlashBackwardScratch(Index br, Index bc, Index d, Index dv)
-      : Qs(br, d),
-        P(br, bc),
-        dropped(br, bc),
-        dP(br, bc),
-        dK(bc, d),
-        dV(bc, dv),
-        keys(static_cast<std::size_t>(br)) {
+  void resize(Index br, Index bc, Index d, Index dv) {
     KT.resize(d * padded_to_packets<Scalar>(bc));
     VT.resize(dv * padded_to_packets<Scalar>(bc));
     K.resize(bc * padded_to_packets<Scalar>(d));
+    Qs.resize(br, d);
+    P.resize(br, bc);
+    dropped.resize(br, bc);
+    dP.resize(br, bc);
+    dK.resize(bc, d);
+    dV.resize(bc, dv);
+    keys.resize(static_cast<std::size_t>(br));
   }
   // The key block's K^T (d, bc), V^T (dv, bc) and K (bc, d), each packed once for the products of every query block
   // (Kernels::pack_panel)
@@ -65,15 +65,24 @@ struct FlashBackwardScratch {
   std::vector<VisibleKeys> keys;  // (br): the keys each row of the query block sees
 };
 
+// What flash_attention_heads_backward works in besides its arguments; kept by the caller across calls, it makes a
+// repeated call of one shape allocation-free. Its contents between calls mean nothing.
+template <class Scalar>
+struct FlashBackwardBuffers {
+  std::vector<FlashBackwardScratch<Scalar>> threads;  // one per thread
+  Vector<Scalar> D;                                   // (pairs * queries): dO_i . O_i
+  Matrix<Scalar> partial_dQ;                          // (groups * pairs * queries, d): each group's dQ, unscaled
+};
+
 // The gradients of flash_attention_heads' inputs, written into dQ, dK, dV (views of the shapes of Q, K, V):
 //   Q, K, V, mask, dropout: the forward call's; O: its output; lse: (batch * Q.count * num_queries), its rows'
-//   log-sum-exp (flash_attention_heads' lse); dO: the gradient of O.
+//   log-sum-exp (flash_attention_heads' lse); dO: the gradient of O; buffers: resized here.
 template <class Scalar>
 void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<const Scalar>& K,
                                     const Heads<const Scalar>& V, const Mask& mask, const AttentionDropout& dropout,
                                     const Heads<const Scalar>& O, const Vector<Scalar>& lse,
                                     const Heads<const Scalar>& dO, const Heads<Scalar>& dQ, const Heads<Scalar>& dK,
-                                    const Heads<Scalar>& dV) {
+                                    const Heads<Scalar>& dV, FlashBackwardBuffers<Scalar>& buffers) {
   const Index batch = Q.batch, num_queries = Q.length, num_keys = K.length, num_heads = Q.count;
   const Index kv_heads = K.count, group = num_heads / kv_heads, d = Q.dim, dv = V.dim;
   const Index pairs = batch * num_heads, kv_pairs = batch * kv_heads;
@@ -98,18 +107,19 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
   const bool uniform = mask.fully_masked() == FullyMasked::uniform;
 
   // D_i = dO_i . O_i, pair by pair.
-  Vector<Scalar> D(pairs * num_queries);  // (pairs * queries)
+  Vector<Scalar>& D = buffers.D;  // (pairs * queries)
+  D.resize(pairs * num_queries);
   for (Index pair = 0; pair < pairs; ++pair) {
     const auto dOh = dO.head(pair / num_heads, pair % num_heads), Oh = O.head(pair / num_heads, pair % num_heads);
     D.segment(pair * num_queries, num_queries) = (dOh.array() * Oh.array()).rowwise().sum();
   }
   // Partial dQ of group s for pair p: rows (s * pairs + p) * num_queries .., not yet scaled.
-  Matrix<Scalar> partial_dQ = Matrix<Scalar>::Zero(groups * pairs * num_queries, d);
+  Matrix<Scalar>& partial_dQ = buffers.partial_dQ;
+  partial_dQ.setZero(groups * pairs * num_queries, d);
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
-  std::vector<FlashBackwardScratch<Scalar>> scratch;  // one per thread
-  const auto threads = static_cast<std::size_t>(num_threads());
-  scratch.reserve(threads);
-  while (scratch.size() < threads) scratch.emplace_back(br, bc, d, dv);
+  std::vector<FlashBackwardScratch<Scalar>>& scratch = buffers.threads;
+  scratch.resize(static_cast<std::size_t>(num_threads()));
+  for (FlashBackwardScratch<Scalar>& s : scratch) s.resize(br, bc, d, dv);
   const double total = static_cast<double>(pairs) * static_cast<double>(num_queries) * static_cast<double>(num_keys) *
                        static_cast<double>(3 * d + 2 * dv);
   parallel_for(kv_pairs * groups, total, [&](Index item, int thread) {

@@ -119,9 +119,13 @@ struct Kernels {
   Scalar (*exp_shifted)(Scalar* row, Index n, Scalar m);
   // dp = p (dp - D), 0 where p is 0: softmax_gradient_row
   void (*softmax_gradient_row)(const Scalar* p, Scalar* dp, Index n, Scalar D);
+  // dx = (y (dy - s)) scale on the keys the row sees, 0 elsewhere, s = sum y dy over them: softmax_backward_row
+  void (*softmax_backward_row)(const Scalar* y, const Scalar* dy, Scalar* dx, Index num_keys, const VisibleKeys& keys,
+                               Scalar scale);
   void (*masked_softmax_row)(Scalar* row, Index num_keys, const VisibleKeys& keys, FullyMasked rule);
+  // every row of a block of scores times scale, then masked_softmax_row
   void (*masked_softmax_block)(Scalar* scores, Index num_queries, Index num_keys, Index stride, const Mask& mask,
-                               Index b);
+                               Index b, Scalar scale);
   void (*flash_attention_block)(const Heads<const Scalar>& Q, const HeadKeys<Scalar>& keys, Index b, Index h,
                                 Index q0, Index br, const Mask& mask, const Heads<Scalar>& output, FlashBlocks blocks,
                                 FlashWorkspace<Scalar>& ws, const AttentionDropout& dropout, Scalar* lse);
@@ -140,6 +144,7 @@ struct Kernels {
         &level::correlate_rows<Scalar>, &level::pack_panel<Scalar>, &level::packed_times_matrix_entry<Scalar>,         \
         &level::transpose_into<Scalar>,                                                                               \
         &level::row_max<Scalar>, &level::exp_shifted<Scalar>, &level::softmax_gradient_row<Scalar>,                  \
+        &level::softmax_backward_row<Scalar>,                                                                         \
         &level::masked_softmax_row<Scalar>,                                                                           \
         &level::masked_softmax_block<Scalar>, &level::flash_attention_block<Scalar>, &level::tiny_scores<Scalar>,     \
         few_rows                                                                                                      \

@@ -26,25 +26,6 @@ bool mask_scores_row(Scalar* row, Index num_keys, const VisibleKeys& keys, Fully
   return !keys.none() || rule != FullyMasked::zero;
 }
 
-// The softmax's backward pass on one row, the rule masked_softmax_backward and both attention paths' backward
-// passes follow: with s = sum_k y_k dy_k over the keys the row sees, dx_j = y_j (dy_j - s) for a key j it sees and 0
-// for one it does not (its score was replaced before the softmax, so nothing depends on it); a row that sees no key
-// gets a zero row, whatever its FullyMasked rule. In a row that sees a key, a masked key's weight y_k is 0, so s is
-// the sum over every key, and a masked key's dy (0 * NaN, for one) never enters it. y, dy, dx: (num_keys); dx may be
-// dy.
-template <class Scalar>
-void softmax_backward_row(const Scalar* y, const Scalar* dy, Scalar* dx, Index num_keys, const VisibleKeys& keys) {
-  Scalar s = Scalar(0);
-  keys.for_each(0, num_keys, [&](Index k) { s += y[k] * dy[k]; });
-  Index next = 0;  // keys below it are written
-  keys.for_each(0, num_keys, [&](Index j) {
-    std::fill(dx + next, dx + j, Scalar(0));
-    dx[j] = y[j] * (dy[j] - s);
-    next = j + 1;
-  });
-  std::fill(dx + next, dx + num_keys, Scalar(0));
-}
-
 }  // namespace detail
 }  // namespace ATTEND_ABI
 }  // namespace attend

@@ -1,25 +1,6 @@
 // attend/detail/kernels/flash-inl.hpp — one work item of the tiled kernel (detail/flash_attention.hpp): the online
 // softmax over the key blocks of a block of query rows. Compiled once per level (detail/kernels.hpp); no include guard.
 
-// dst = factor * src, or dst = src / divisor, over n entries (dst may be src): the level's packets, the last one
-// partial. The operations Eigen's expressions make, at the level's width.
-template <class Scalar>
-void scale_row(const Scalar* src, Index n, Scalar factor, Scalar* dst) {
-  using S = Simd<Scalar>;
-  const auto f = S::set1(factor);
-  Index j = 0;
-  for (; j + S::size <= n; j += S::size) S::store(dst + j, S::mul(f, S::load(src + j)));
-  if (j < n) S::store_first(dst + j, S::mul(f, S::load_first(src + j, n - j)), n - j);
-}
-template <class Scalar>
-void divide_row(const Scalar* src, Index n, Scalar divisor, Scalar* dst) {
-  using S = Simd<Scalar>;
-  const auto by = S::set1(divisor);
-  Index j = 0;
-  for (; j + S::size <= n; j += S::size) S::store(dst + j, S::div(S::load(src + j), by));
-  if (j < n) S::store_first(dst + j, S::div(S::load_first(src + j, n - j), by), n - j);
-}
-
 // Steps 1-3 for the key block [k0, k0 + bc) of a work item: its scores in ws.S (br, bc), the keys each row sees in
 // ws.keys. Row by row: the visible range's part [lo, hi) in the block and the keep row's holes in it (set to -inf),
 // the block's maximum and the exponent of the row's factor a; then every row's a as packets; then each row's

@@ -1,5 +1,25 @@
-// attend/detail/kernels/softmax-inl.hpp — the packet passes of the softmax: a row's maximum, exp(x - m) and its sum,
-// and the masked softmax of a block of rows. Compiled once per level (detail/kernels.hpp); no include guard.
+// attend/detail/kernels/softmax-inl.hpp — the packet passes of the softmax over rows: a row scaled or divided, its
+// maximum, exp(x - m) and its sum, the masked softmax of a block of rows, and the softmax's backward pass on a row.
+// Compiled once per level (detail/kernels.hpp); no include guard.
+
+// dst = factor * src, or dst = src / divisor, over n entries (dst may be src): the level's packets, the last one
+// partial. The operations Eigen's expressions make, at the level's width.
+template <class Scalar>
+void scale_row(const Scalar* src, Index n, Scalar factor, Scalar* dst) {
+  using S = Simd<Scalar>;
+  const auto f = S::set1(factor);
+  Index j = 0;
+  for (; j + S::size <= n; j += S::size) S::store(dst + j, S::mul(f, S::load(src + j)));
+  if (j < n) S::store_first(dst + j, S::mul(f, S::load_first(src + j, n - j)), n - j);
+}
+template <class Scalar>
+void divide_row(const Scalar* src, Index n, Scalar divisor, Scalar* dst) {
+  using S = Simd<Scalar>;
+  const auto by = S::set1(divisor);
+  Index j = 0;
+  for (; j + S::size <= n; j += S::size) S::store(dst + j, S::div(S::load(src + j), by));
+  if (j < n) S::store_first(dst + j, S::div(S::load_first(src + j, n - j), by), n - j);
+}
 
 // max_j row[j] over n >= 1 entries, contiguous: two chains of packets, then the last n % size entries one by one.
 // Exact, so the same value whatever the order. A NaN entry is skipped or kept as the level's max does (it keeps a
@@ -88,6 +108,45 @@ void softmax_gradient_row(const Scalar* p, Scalar* dp, Index n, Scalar D) {
   }
 }
 
+// The softmax's backward pass on one row, the rule of masked_softmax_backward and of the direct path's backward pass:
+// with s = sum_k y_k dy_k over the keys the row sees, dx_j = (y_j (dy_j - s)) scale for a key j it sees and 0 for one
+// it does not (its score was replaced before the softmax, so nothing depends on it); a row that sees no key gets a
+// zero row, whatever its FullyMasked rule. A masked key's dy (0 * NaN, for one) never enters s. y, dy, dx:
+// (num_keys); dx may be dy; keys: from Mask::visible_keys. scale: the scores' factor (1 / sqrt(d) for dot-product
+// attention's, 1 for masked_softmax's), folded in here so that dS needs no pass of its own. A row whose visible keys
+// are a range takes whole packets (s's lanes summed, then reduced; the last packet partial); a keep row with holes,
+// one key at a time.
+template <class Scalar>
+void softmax_backward_row(const Scalar* y, const Scalar* dy, Scalar* dx, Index num_keys, const VisibleKeys& keys,
+                          Scalar scale) {
+  using S = Simd<Scalar>;
+  constexpr Index size = S::size;
+  const Index first = std::min(keys.first, num_keys), last = std::max(first, std::min(keys.last, num_keys));
+  if (!keys.is_range()) {
+    Scalar s = Scalar(0);
+    keys.for_each(first, last, [&](Index k) { s += y[k] * dy[k]; });
+    for (Index j = 0; j < num_keys; ++j) dx[j] = keys.sees(j) ? y[j] * (dy[j] - s) * scale : Scalar(0);
+    return;
+  }
+  const Index n = last - first, whole = n / size * size;
+  const Scalar *yr = y + first, *dyr = dy + first;
+  typename S::Packet sum = S::zero();
+  for (Index j = 0; j < whole; j += size) sum = S::madd(S::load(yr + j), S::load(dyr + j), sum);
+  if (whole < n) sum = S::madd(S::load_first(yr + whole, n - whole), S::load_first(dyr + whole, n - whole), sum);
+  const typename S::Packet s = S::set1(S::reduce_add(sum)), factor = S::set1(scale);
+  std::fill(dx, dx + first, Scalar(0));
+  Scalar* dxr = dx + first;
+  for (Index j = 0; j < whole; j += size)
+    S::store(dxr + j, S::mul(S::mul(S::load(yr + j), S::sub(S::load(dyr + j), s)), factor));
+  if (whole < n) {
+    const Index tail = n - whole;
+    S::store_first(dxr + whole,
+                   S::mul(S::mul(S::load_first(yr + whole, tail), S::sub(S::load_first(dyr + whole, tail), s)), factor),
+                   tail);
+  }
+  std::fill(dx + last, dx + num_keys, Scalar(0));
+}
+
 // One row of scores, in place:
 //   0. every key the row does not see (keys: from Mask::visible_keys) is replaced by -1e6; if it sees none and rule
 //      is FullyMasked::zero, the row becomes 0 and we stop;
@@ -104,8 +163,9 @@ void masked_softmax_row(Scalar* row, Index num_keys, const VisibleKeys& keys, Fu
   for (Index j = 0; j < num_keys; ++j) row[j] *= inverse;
 }
 
-// Every row of a (queries, keys) block of scores, rows `stride` apart, in place; the block belongs to batch row b of
-// the mask, whose shape the caller checked (Mask::require_shape).
+// Every row of a (queries, keys) block of scores, rows `stride` apart, in place, each first multiplied by scale (the
+// scores' factor, 1 / sqrt(d) on the direct path: one pass over a row while it is in cache); the block belongs to
+// batch row b of the mask, whose shape the caller checked (Mask::require_shape).
 // Rows shorter than a packet (the seed's have 4 keys), when the block is contiguous, go through steps 0 and 1 of
 // masked_softmax_row row by row, storing row[j] - m in place, then step 2 as one pass of packets over the whole block,
 // then step 3 row by row: one exp for every packet of the block, not one per row, each a chain of dependent
@@ -114,16 +174,20 @@ void masked_softmax_row(Scalar* row, Index num_keys, const VisibleKeys& keys, Fu
 // packet. A row that the FullyMasked::zero rule empties is filled with -inf, whose exp is 0, and keeps that 0 (every
 // other row's sum is at least exp(0) = 1, or NaN).
 template <class Scalar>
-void masked_softmax_block(Scalar* scores, Index num_queries, Index num_keys, Index stride, const Mask& mask, Index b) {
+void masked_softmax_block(Scalar* scores, Index num_queries, Index num_keys, Index stride, const Mask& mask, Index b,
+                          Scalar scale) {
   if (num_keys == 0 || num_queries == 0) return;  // nothing to normalise (and no row to point into)
   if (num_keys >= Simd<Scalar>::size || num_queries == 1 || stride != num_keys) {
-    for (Index q = 0; q < num_queries; ++q)
-      masked_softmax_row<Scalar>(scores + q * stride, num_keys, mask.visible_keys(b, q, num_queries, num_keys),
-                                 mask.fully_masked());
+    for (Index q = 0; q < num_queries; ++q) {
+      Scalar* row = scores + q * stride;
+      if (scale != Scalar(1)) scale_row(row, num_keys, scale, row);
+      masked_softmax_row<Scalar>(row, num_keys, mask.visible_keys(b, q, num_queries, num_keys), mask.fully_masked());
+    }
     return;
   }
   for (Index q = 0; q < num_queries; ++q) {
     Scalar* row = scores + q * num_keys;
+    if (scale != Scalar(1)) scale_row(row, num_keys, scale, row);
     if (!mask_scores_row(row, num_keys, mask.visible_keys(b, q, num_queries, num_keys), mask.fully_masked())) {
       std::fill(row, row + num_keys, -std::numeric_limits<Scalar>::infinity());
       continue;
