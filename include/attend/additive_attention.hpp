@@ -148,10 +148,9 @@ class AdditiveAttention : public Module, public detail::WithParameters<AdditiveA
 
   void check(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
              const Mask& mask, const char* where) const {
-    const std::string prefix(where);
-    W_q_.require_parameters((prefix + " W_q").c_str());
-    W_k_.require_parameters((prefix + " W_k").c_str());
-    w_v_.require_parameters((prefix + " w_v").c_str());
+    W_q_.require_parameters(where, " W_q");
+    W_k_.require_parameters(where, " W_k");
+    w_v_.require_parameters(where, " w_v");
     detail::require_dim(queries, 2, W_q_.in_features(), where, "queries", "features (query_size)");
     detail::require_dim(keys, 2, W_k_.in_features(), where, "keys", "features (key_size)");
     detail::require_same_dim(queries, keys, 0, where, "queries", "keys", "batch size");

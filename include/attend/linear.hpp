@@ -137,13 +137,14 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
 
   // Throws unless the parameters still have the shapes given at construction (weight() and bias() hand out
   // references, so they can be resized from outside). `where` names the caller in the message.
-  void require_parameters(const char* where) const {
-    detail::require(weight_.rows() == out_features_ && weight_.cols() == in_features_, where,
+  // member: what the layer is called in a module that holds it (" W_q"), after `where` in the message.
+  void require_parameters(const char* where, const char* member = "") const {
+    detail::require(weight_.rows() == out_features_ && weight_.cols() == in_features_, where, member,
                     ": weight must have shape (", out_features_, ", ", in_features_,
                     ") (out_features, in_features), got (", weight_.rows(), ", ", weight_.cols(), ")");
     const Index bias_size = has_bias_ ? out_features_ : 0;
-    detail::require(bias_.size() == bias_size, where, ": bias must have shape (", bias_size, ",), got (", bias_.size(),
-                    ",)");
+    detail::require(bias_.size() == bias_size, where, member, ": bias must have shape (", bias_size, ",), got (",
+                    bias_.size(), ",)");
   }
 
  private:

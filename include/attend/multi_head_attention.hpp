@@ -145,11 +145,10 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
   }
 
   void check_parameters(const char* where) const {
-    const std::string prefix(where);
-    W_q_.require_parameters((prefix + " W_q").c_str());
-    W_k_.require_parameters((prefix + " W_k").c_str());
-    W_v_.require_parameters((prefix + " W_v").c_str());
-    W_o_.require_parameters((prefix + " W_o").c_str());
+    W_q_.require_parameters(where, " W_q");
+    W_k_.require_parameters(where, " W_k");
+    W_v_.require_parameters(where, " W_v");
+    W_o_.require_parameters(where, " W_o");
   }
 
   // The forward pass on checked arguments. weights: where the direct path keeps them, or null (the workspace's are

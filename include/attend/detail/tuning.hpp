@@ -40,6 +40,10 @@ constexpr Eigen::Index flash_backward_items = 8;
 // The direct path while one call's weights take at most this (about one core's L2): AttentionPath::automatic takes
 // the tiled path above it, in evaluation mode.
 constexpr double direct_path_bytes = 1 << 20;
+// The same in training mode: a training step on the direct path makes 12 n^2 d multiply-adds of attention where the
+// tiled path, which recomputes the weights, makes 14, and it is the faster one while the weights, kept from the
+// forward pass to the backward, come back from a cache (docs/PERFORMANCE.md, "Training").
+constexpr double direct_training_bytes = 4 << 20;
 
 // Rows of a projection's chunk, one piece of work for a thread: large enough that the weight's passes over it are a
 // small part of the chunk's work; fixed, so that the split, and so the bits, do not depend on the thread count.
