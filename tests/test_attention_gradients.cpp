@@ -289,6 +289,35 @@ TEMPLATE_TEST_CASE("the tiled backward gives the direct path's gradients over ma
   }
 }
 
+TEMPLATE_TEST_CASE("the direct backward gives the same bits taking whole heads or one head at a time",
+                   "[gradients][multi_head]", float, double) {
+  // Eight batch rows of one head each make tuning::backward_items key/value heads: each taken whole. One batch row
+  // alone goes in blocks of queries, then of keys (tuning::direct_block_rows, 150 steps: three blocks, the last
+  // partial). Every step of the module works row by row, so each batch row's input gradients must be the bits of the
+  // same row run alone. Causal, so that the blocks see different numbers of keys.
+  const Index batch = 8, n = 150, d = 16;
+  const Tensor3<TestType> X = random_tensor<TestType>(batch, n, d, 241), dY = random_tensor<TestType>(batch, n, d, 242);
+  const auto run = [&](const Tensor3<TestType>& x, const Tensor3<TestType>& dy) {
+    attend::Generator init(243);
+    MultiHeadAttention<TestType> attention(d, d, d, d, 1, TestType(0), false, init);
+    attention.set_path(AttentionPath::direct);
+    attention(x, x, x, Mask::causal());
+    return attention.backward(dy);
+  };
+  const AttentionGradients<TestType> together = run(X, dY);
+  for (Index b = 0; b < batch; ++b) {
+    CAPTURE(b);
+    const Eigen::array<Index, 3> offsets{b, 0, 0}, extents{1, n, d};
+    const Tensor3<TestType> x = X.slice(offsets, extents), dy = dY.slice(offsets, extents);
+    const AttentionGradients<TestType> alone = run(x, dy);
+    const Tensor3<TestType> q = together.queries.slice(offsets, extents), k = together.keys.slice(offsets, extents),
+                            v = together.values.slice(offsets, extents);
+    REQUIRE_THAT(alone.queries, Near(q, exact<TestType>()));
+    REQUIRE_THAT(alone.keys, Near(k, exact<TestType>()));
+    REQUIRE_THAT(alone.values, Near(v, exact<TestType>()));
+  }
+}
+
 #ifdef _OPENMP
 TEMPLATE_TEST_CASE("MultiHeadAttention::backward gives the same bits on 1 and 2 threads, on both paths",
                    "[gradients][multi_head][threads]", float, double) {

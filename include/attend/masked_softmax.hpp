@@ -56,7 +56,7 @@ void masked_softmax_block(Eigen::MatrixBase<Derived>& scores, const Mask& mask, 
   static_assert(static_cast<int>(Derived::IsRowMajor) == 1, "scores must be row-major");
   if (scores.rows() == 0 || scores.cols() == 0) return;  // no row to point into
   kernels<Scalar>().masked_softmax_block(&scores.derived().coeffRef(0, 0), scores.rows(), scores.cols(),
-                                         scores.derived().outerStride(), mask, b, Scalar(1));
+                                         scores.derived().outerStride(), mask, b, 0, scores.rows(), Scalar(1));
 }
 
 }  // namespace detail

@@ -43,25 +43,26 @@ namespace detail {
 // O(queries * keys * value_dim)), each row sums over its visible keys only, one multiply-add of the row kernel per
 // key: the chain the whole product makes, less the keys of weight 0, so a row that sees only finite values gets the
 // bits it gets when every value is finite. A row that sees no key follows its rule (uniform: the mean of every value
-// row, d2l's result; zero: 0). weights: (queries, keys); values: (keys, value_dim); output: (queries, value_dim),
-// all row-major with contiguous rows.
+// row, d2l's result; zero: 0). weights: (rows, keys), rows q0 .. q0 + rows - 1 of the batch row's num_queries
+// (all of them by default); values: (keys, value_dim); output: (rows, value_dim), all row-major with contiguous rows.
 template <class Weights, class Values, class Output>
 void weights_times_values(const Eigen::MatrixBase<Weights>& weights, const Mask& mask, Index b,
                           const Eigen::MatrixBase<Values>& values, Eigen::MatrixBase<Output>& output,
-                          const Kernels<typename Weights::Scalar>& kernel) {
+                          const Kernels<typename Weights::Scalar>& kernel, Index q0 = 0, Index num_queries = -1) {
   static_assert(Weights::IsRowMajor && Values::IsRowMajor && Output::IsRowMajor, "rows must be contiguous");
   const Weights& w = weights.derived();
   const Values& v = values.derived();
   Output& out = output.derived();
   using Scalar = typename Weights::Scalar;
-  const Index num_queries = w.rows(), num_keys = w.cols(), dv = out.cols();
+  const Index rows = w.rows(), num_keys = w.cols(), dv = out.cols();
+  if (num_queries < 0) num_queries = rows;
   if (mask.empty() || all_finite(values)) {
-    kernel.rows_times_matrix(false, w.data(), w.outerStride(), num_queries, num_keys, v.data(), v.outerStride(), dv,
-                             false, nullptr, out.data(), out.outerStride());
+    kernel.rows_times_matrix(false, w.data(), w.outerStride(), rows, num_keys, v.data(), v.outerStride(), dv, false,
+                             nullptr, out.data(), out.outerStride());
     return;
   }
-  for (Index i = 0; i < num_queries; ++i) {
-    const VisibleKeys keys = mask.visible_keys(b, i, num_queries, num_keys);
+  for (Index i = 0; i < rows; ++i) {
+    const VisibleKeys keys = mask.visible_keys(b, q0 + i, num_queries, num_keys);
     Scalar* out_row = out.data() + i * out.outerStride();  // (dv)
     out.row(i).setZero();
     keys.for_each(0, num_keys, [&](Index j) {
@@ -100,6 +101,8 @@ void attend_rows(Eigen::MatrixBase<Scores>& scores, const Mask& mask, Index b, c
 //   dropout: on the weights that multiply the values (those kept are before it), its pair b * Q.count + h.
 // Query head h reads key/value head h / (Q.count / K.count). The mask is indexed by batch row (shape checked by the
 // caller); each head reuses its batch row's mask, as d2l's repeat_interleave does for valid lengths.
+// Work items: (pair, block of tuning::direct_block_rows queries), each its own rows of the weights and the output, so
+// a single head still gives every thread work; a row's bits do not depend on the block it falls in.
 template <class Scalar>
 void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K, const Heads<const Scalar>& V,
                               const Mask& mask, Tensor3<Scalar>& weights, const Heads<Scalar>& output,
@@ -108,7 +111,7 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
   eigen_assert(Q.batch == K.batch && V.batch == K.batch && output.batch == Q.batch && V.length == K.length);
   eigen_assert(Q.dim == K.dim && output.dim == V.dim && output.length == Q.length);
   const Index batch = Q.batch, num_queries = Q.length, num_keys = K.length, num_heads = Q.count;
-  const Index group = Q.count / K.count;  // query heads per key/value head
+  const Index kv_heads = K.count, group = num_heads / kv_heads;  // query heads per key/value head
   const Index d = Q.dim, dv = V.dim;
   const Scalar scale = Scalar(1) / std::sqrt(static_cast<Scalar>(d));
   weights.resize(batch * num_heads, num_queries, num_keys);
@@ -118,41 +121,51 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
     return;
   }
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
-  // Heads above tuning::tiny_product: the scores on the row kernel, Q_h times K_h^T, from a copy of K_h^T (d, keys
-  // padded to whole packets) in a buffer of each thread; with dropout, the dropped weights in another. Allocated
-  // here: no allocation inside the parallel region.
+  // Heads above tuning::tiny_product: the scores on the row kernel, Q_h times K_g^T, from a copy of every K_g^T
+  // (d, keys padded to whole packets, the padding 0) made before the query blocks that read it; with dropout, the
+  // dropped weights of a block in a buffer of each thread. Allocated here: no allocation inside the parallel region.
   const bool tiny = num_queries * num_keys * d <= tuning::tiny_product;
   const Index padded_keys = padded_to_packets<Scalar>(num_keys);
-  const auto threads = static_cast<std::size_t>(num_threads());
-  std::vector<Matrix<Scalar>> transposed_keys(tiny ? 0 : threads, Matrix<Scalar>::Zero(d, padded_keys));  // (d, keys)
-  std::vector<Matrix<Scalar>> dropped(dropout.active() ? threads : 0, Matrix<Scalar>(num_queries, num_keys));
-  // One (batch row, head) pair: its own slice of the weights and its own columns of the output.
-  parallel_for(batch * num_heads, static_cast<double>(weights.size()) * static_cast<double>(d + dv),
-               [&](Index bh, int thread) {
-    const Index b = bh / num_heads, h = bh % num_heads;
-    const auto Qh = Q.head(b, h);           // (queries, d), a strided view
-    const auto Kh = K.head(b, h / group);   // (keys, d)
-    const auto Vh = V.head(b, h / group);   // (keys, dv)
-    auto scores = slice(weights, bh);       // (queries, keys)
-    auto out = output.head(b, h);           // (queries, dv)
+  const Index kv_pairs = batch * kv_heads;
+  Matrix<Scalar> transposed_keys;  // (kv_pairs * d, padded keys): K_g^T of key/value pair b * kv_heads + g
+  if (!tiny) transposed_keys.setZero(kv_pairs * d, padded_keys);
+  const Index block_rows = std::min(tuning::direct_block_rows, num_queries);
+  const Index blocks = (num_queries + block_rows - 1) / block_rows;
+  std::vector<Matrix<Scalar>> dropped;  // (block rows, keys)
+  if (dropout.active())
+    dropped.assign(static_cast<std::size_t>(num_threads()), Matrix<Scalar>(block_rows, num_keys));
+  if (!tiny)
+    parallel_for(kv_pairs, static_cast<double>(kv_pairs * num_keys * d), [&](Index kv_pair, int) {
+      const auto Kg = K.head(kv_pair / kv_heads, kv_pair % kv_heads);  // (keys, d)
+      kernel.transpose_into(Kg.data(), Kg.outerStride(), num_keys, d, transposed_keys.data() + kv_pair * d * padded_keys,
+                            padded_keys);
+    });
+  parallel_for(batch * num_heads * blocks, static_cast<double>(weights.size()) * static_cast<double>(d + dv),
+               [&](Index item, int thread) {
+    const Index bh = item / blocks, q0 = item % blocks * block_rows, rows = std::min(block_rows, num_queries - q0);
+    const Index b = bh / num_heads, h = bh % num_heads, kv_pair = b * kv_heads + h / group;
+    const auto Qh = Q.head(b, h).middleRows(q0, rows);   // (rows, d), a strided view
+    const auto Kh = K.head(b, h / group);                // (keys, d)
+    const auto Vh = V.head(b, h / group);                // (keys, dv)
+    auto scores = slice(weights, bh).middleRows(q0, rows);  // (rows, keys)
+    auto out = output.head(b, h).middleRows(q0, rows);   // (rows, dv)
     if (tiny) {  // scaled here
-      kernel.tiny_scores(Qh.data(), Qh.outerStride(), Kh.data(), Kh.outerStride(), num_queries, num_keys, d, scale,
+      kernel.tiny_scores(Qh.data(), Qh.outerStride(), Kh.data(), Kh.outerStride(), rows, num_keys, d, scale,
                          scores.data(), scores.outerStride());
-    } else {  // Q_h K_h^T, scaled by the softmax's first pass over each row, as d2l's bmm(Q, K^T) / sqrt(d)
-      Matrix<Scalar>& KT = transposed_keys[static_cast<std::size_t>(thread)];  // (d, padded keys), padding 0
-      kernel.transpose_into(Kh.data(), Kh.outerStride(), num_keys, d, KT.data(), KT.outerStride());
-      kernel.rows_times_matrix(false, Qh.data(), Qh.outerStride(), num_queries, d, KT.data(), KT.outerStride(),
-                               num_keys, true, nullptr, scores.data(), scores.outerStride());
+    } else {  // Q_h K_g^T, scaled by the softmax's first pass over each row, as d2l's bmm(Q, K^T) / sqrt(d)
+      kernel.rows_times_matrix(false, Qh.data(), Qh.outerStride(), rows, d,
+                               transposed_keys.data() + kv_pair * d * padded_keys, padded_keys, num_keys, true,
+                               nullptr, scores.data(), scores.outerStride());
     }
-    kernel.masked_softmax_block(scores.data(), num_queries, num_keys, scores.outerStride(), mask, b,
+    kernel.masked_softmax_block(scores.data(), rows, num_keys, scores.outerStride(), mask, b, q0, num_queries,
                                 tiny ? Scalar(1) : scale);
     if (dropout.active()) {
-      Matrix<Scalar>& P = dropped[static_cast<std::size_t>(thread)];  // (queries, keys); the kept weights stay
+      auto P = dropped[static_cast<std::size_t>(thread)].topRows(rows);  // (rows, keys); the kept weights stay
       P = scores;
-      for (Index i = 0; i < num_queries; ++i) dropout.apply(P.data() + i * num_keys, num_keys, bh, i, Index(0));
-      weights_times_values(P, mask, b, Vh, out, kernel);
+      for (Index i = 0; i < rows; ++i) dropout.apply(P.data() + i * num_keys, num_keys, bh, q0 + i, Index(0));
+      weights_times_values(P, mask, b, Vh, out, kernel, q0, num_queries);
     } else {
-      weights_times_values(scores, mask, b, Vh, out, kernel);
+      weights_times_values(scores, mask, b, Vh, out, kernel, q0, num_queries);
     }
   });
 }

@@ -9,8 +9,9 @@
 //   dP = (dO V_g^T) * F                                                                (queries, keys)
 //   dS = softmax_backward(P, dP)   row by row, 0 for a masked key (softmax_backward_row, kernels/softmax-inl.hpp)
 //   dQ_h = scale dS K_g,   dK_g += scale dS^T Q_h                                      (queries, d), (keys, d)
-// A key/value head's gradients add its query heads' in order h = g * group, g * group + 1, ...: one thread makes
-// them, so the bits do not depend on the number of threads. Every product runs on the level's row kernel.
+// A key/value head's gradients add its query heads' in order h = g * group, g * group + 1, ...; how the work is shared
+// among threads is below (scaled_dot_product_heads_backward), and the bits do not depend on it. Every product runs on
+// the level's row kernel.
 #pragma once
 
 #include <attend/config.hpp>
@@ -28,23 +29,31 @@ namespace attend {
 inline namespace ATTEND_ABI {
 namespace detail {
 
-// One thread's buffers for the backward pass of one head.
+// The direct path's backward buffers: a (queries, keys) tile and V_g^T, one per thread when each thread takes whole
+// key/value heads, or one shared by the threads when the heads go one at a time.
 template <class Scalar>
 struct AttentionBackwardScratch {
-  // Sized for heads of (num_queries, num_keys) weights and values of dv; the padding of VT is 0.
-  void resize(Index num_queries, Index num_keys, Index dv) {
+  // Sized for heads of (num_queries, num_keys) weights and values of dv, and P~ when `dropped`; the padding of VT is 0.
+  void resize(Index num_queries, Index num_keys, Index dv, bool dropped) {
     A.resize(num_queries, num_keys);
+    if (dropped) Pd.resize(num_queries, num_keys);
     if (VT.rows() != dv || VT.cols() != padded_to_packets<Scalar>(num_keys))
       VT = Matrix<Scalar>::Zero(dv, padded_to_packets<Scalar>(num_keys));
   }
-  Matrix<Scalar> A;   // (queries, keys): P~ (with dropout), then dP, then scale dS
+  Matrix<Scalar> A;   // (queries, keys): dP, then scale dS
+  Matrix<Scalar> Pd;  // (queries, keys): P~, with dropout
   Matrix<Scalar> VT;  // (dv, keys padded to whole packets): V_g^T, the padding 0
 };
 
 // The gradients of scaled_dot_product_heads' inputs, written into dQ, dK, dV (views of the shapes of Q, K, V):
 //   Q, K, V, mask, dropout: the forward call's; weights: the (batch * Q.count, queries, keys) weights it kept
-//   dO: the gradient of its output (as Q, with heads of dv); scratch: one per thread, resized here (kept by the
-//   caller across calls, they make a repeated call allocation-free)
+//   dO: the gradient of its output (as Q, with heads of dv); scratch: resized here (kept by the caller across calls,
+//   it makes a repeated call allocation-free)
+// With at least tuning::backward_items key/value heads, each thread takes whole ones, with buffers of its own.
+// With fewer, they go one at a time, each in two passes shared among the threads: blocks of queries (dP, dS and dQ of
+// tuning::direct_block_rows queries), then blocks of keys (dV and dK of as many keys). Either way each element is the
+// same chain of multiply-adds in the same order (dV and dK over the queries of each query head in turn, dQ over the
+// keys), so the bits do not depend on the way taken, nor on the number of threads.
 template <class Scalar>
 void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads<const Scalar>& K,
                                        const Heads<const Scalar>& V, const Mask& mask, const Tensor3<Scalar>& weights,
@@ -52,7 +61,7 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
                                        const Heads<Scalar>& dQ, const Heads<Scalar>& dK, const Heads<Scalar>& dV,
                                        std::vector<AttentionBackwardScratch<Scalar>>& scratch) {
   const Index batch = Q.batch, num_queries = Q.length, num_keys = K.length, num_heads = Q.count;
-  const Index kv_heads = K.count, group = num_heads / kv_heads;
+  const Index kv_heads = K.count, group = num_heads / kv_heads, kv_pairs = batch * kv_heads;
   const Index d = Q.dim, dv = V.dim;
   eigen_assert(weights.dimension(0) == batch * num_heads && weights.dimension(1) == num_queries &&
                weights.dimension(2) == num_keys);
@@ -68,54 +77,92 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
     return;
   }
   const Scalar scale = Scalar(1) / std::sqrt(static_cast<Scalar>(d));
-  const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
-  scratch.resize(static_cast<std::size_t>(num_threads()));
-  for (AttentionBackwardScratch<Scalar>& s : scratch) s.resize(num_queries, num_keys, dv);
-  const double total = static_cast<double>(num_queries) * static_cast<double>(num_keys) *
-                       static_cast<double>(batch * num_heads) * static_cast<double>(2 * d + 2 * dv);
-  parallel_for(batch * kv_heads, total,
-               [&](Index kv_pair, int thread) {
-                 AttentionBackwardScratch<Scalar>& s = scratch[static_cast<std::size_t>(thread)];
-                 const Index b = kv_pair / kv_heads, g = kv_pair % kv_heads;
-                 const auto Kg = K.head(b, g);  // (keys, d)
-                 const auto Vg = V.head(b, g);  // (keys, dv)
-                 auto dKg = dK.head(b, g);      // (keys, d)
-                 auto dVg = dV.head(b, g);      // (keys, dv)
-                 dKg.setZero();
-                 dVg.setZero();
-                 kernel.transpose_into(Vg.data(), Vg.outerStride(), num_keys, dv, s.VT.data(), s.VT.outerStride());
-                 for (Index h = g * group; h < (g + 1) * group; ++h) {
-                   const Index pair = b * num_heads + h;
-                   const auto Qh = Q.head(b, h);                                      // (queries, d)
-                   const auto dOh = dO.head(b, h);                                    // (queries, dv)
-                   auto dQh = dQ.head(b, h);                                          // (queries, d)
-                   const Scalar* P = weights.data() + pair * num_queries * num_keys;  // (queries, keys)
-                   // dV_g += P~^T dO, P~ = P without dropout, read in place
-                   const Scalar* dropped = P;  // (queries, keys)
-                   if (dropout.active()) {
-                     s.A = Eigen::Map<const Matrix<Scalar>>(P, num_queries, num_keys);
-                     for (Index i = 0; i < num_queries; ++i)
-                       dropout.apply(s.A.data() + i * num_keys, num_keys, pair, i, Index(0));
-                     dropped = s.A.data();
-                   }
-                   kernel.transposed_times_matrix(true, dropped, num_keys, num_keys, num_queries, dOh.data(),
-                                                  dOh.outerStride(), dv, nullptr, dVg.data(), dVg.outerStride());
-                   // dP = (dO V_g^T) * F, then scale dS row by row
-                   kernel.rows_times_matrix(false, dOh.data(), dOh.outerStride(), num_queries, dv, s.VT.data(),
-                                            s.VT.outerStride(), num_keys, true, nullptr, s.A.data(), num_keys);
-                   for (Index i = 0; i < num_queries; ++i) {
-                     Scalar* row = s.A.data() + i * num_keys;  // (keys)
-                     dropout.apply(row, num_keys, pair, i, Index(0));
-                     kernel.softmax_backward_row(P + i * num_keys, row, row, num_keys,
-                                                 mask.visible_keys(b, i, num_queries, num_keys), scale);
-                   }
-                   // dQ_h = scale dS K_g;  dK_g += scale dS^T Q_h
-                   kernel.rows_times_matrix(false, s.A.data(), num_keys, num_queries, num_keys, Kg.data(),
-                                            Kg.outerStride(), d, false, nullptr, dQh.data(), dQh.outerStride());
-                   kernel.transposed_times_matrix(true, s.A.data(), num_keys, num_keys, num_queries, Qh.data(),
-                                                  Qh.outerStride(), d, nullptr, dKg.data(), dKg.outerStride());
-                 }
-               });
+  const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel regions: it may throw
+  const bool whole_heads = kv_pairs >= tuning::backward_items;
+  scratch.resize(whole_heads ? static_cast<std::size_t>(num_threads()) : 1);
+  for (AttentionBackwardScratch<Scalar>& s : scratch) s.resize(num_queries, num_keys, dv, dropout.active());
+  const double pair_work = static_cast<double>(num_queries) * static_cast<double>(num_keys) *
+                           static_cast<double>(2 * d + 2 * dv);
+
+  // Rows [q0, q0 + rows) of query head h (pair `pair`) of batch row b: dP = (dO V_g^T) * F, then scale dS row by row,
+  // into A's rows; dQ = scale dS K_g. VT: V_g^T.
+  const auto query_rows = [&](AttentionBackwardScratch<Scalar>& s, Index b, Index h, Index pair, Index q0,
+                              Index rows) {
+    const auto Kg = K.head(b, h / group);                                // (keys, d)
+    const auto dOh = dO.head(b, h).middleRows(q0, rows);                 // (rows, dv)
+    auto dQh = dQ.head(b, h).middleRows(q0, rows);                       // (rows, d)
+    const Scalar* P = weights.data() + (pair * num_queries + q0) * num_keys;  // (rows, keys)
+    Scalar* A = s.A.data() + q0 * num_keys;                              // (rows, keys)
+    kernel.rows_times_matrix(false, dOh.data(), dOh.outerStride(), rows, dv, s.VT.data(), s.VT.outerStride(),
+                             num_keys, true, nullptr, A, num_keys);
+    for (Index i = 0; i < rows; ++i) {
+      Scalar* row = A + i * num_keys;  // (keys)
+      dropout.apply(row, num_keys, pair, q0 + i, Index(0));
+      kernel.softmax_backward_row(P + i * num_keys, row, row, num_keys,
+                                  mask.visible_keys(b, q0 + i, num_queries, num_keys), scale);
+    }
+    kernel.rows_times_matrix(false, A, num_keys, rows, num_keys, Kg.data(), Kg.outerStride(), d, false, nullptr,
+                             dQh.data(), dQh.outerStride());
+  };
+  // Keys [k0, k0 + keys) of key/value head g of batch row b, from query head h: dV_g += P~^T dO_h, dK_g += (scale dS)^T
+  // Q_h, with P~ (queries, keys) read in place (the weights themselves without dropout) and scale dS in A.
+  const auto key_rows = [&](const AttentionBackwardScratch<Scalar>& s, const Scalar* dropped, Index b, Index h,
+                            Index k0, Index keys) {
+    const auto Qh = Q.head(b, h);    // (queries, d)
+    const auto dOh = dO.head(b, h);  // (queries, dv)
+    auto dVg = dV.head(b, h / group).middleRows(k0, keys);  // (keys, dv)
+    auto dKg = dK.head(b, h / group).middleRows(k0, keys);  // (keys, d)
+    kernel.transposed_times_matrix(true, dropped + k0, num_keys, keys, num_queries, dOh.data(), dOh.outerStride(), dv,
+                                   nullptr, dVg.data(), dVg.outerStride());
+    kernel.transposed_times_matrix(true, s.A.data() + k0, num_keys, keys, num_queries, Qh.data(), Qh.outerStride(), d,
+                                   nullptr, dKg.data(), dKg.outerStride());
+  };
+  // P~ of pair `pair`: the kept weights, or with dropout their copy into `into` with the dropped ones 0.
+  const auto dropped_weights = [&](Index pair, Matrix<Scalar>& into) -> const Scalar* {
+    const Scalar* P = weights.data() + pair * num_queries * num_keys;  // (queries, keys)
+    if (!dropout.active()) return P;
+    into = Eigen::Map<const Matrix<Scalar>>(P, num_queries, num_keys);
+    for (Index i = 0; i < num_queries; ++i) dropout.apply(into.data() + i * num_keys, num_keys, pair, i, Index(0));
+    return into.data();
+  };
+
+  if (whole_heads) {
+    parallel_for(kv_pairs, pair_work * static_cast<double>(batch * num_heads), [&](Index kv_pair, int thread) {
+      AttentionBackwardScratch<Scalar>& s = scratch[static_cast<std::size_t>(thread)];
+      const Index b = kv_pair / kv_heads, g = kv_pair % kv_heads;
+      const auto Vg = V.head(b, g);  // (keys, dv)
+      dK.head(b, g).setZero();
+      dV.head(b, g).setZero();
+      kernel.transpose_into(Vg.data(), Vg.outerStride(), num_keys, dv, s.VT.data(), s.VT.outerStride());
+      for (Index h = g * group; h < (g + 1) * group; ++h) {
+        const Index pair = b * num_heads + h;
+        const Scalar* dropped = dropped_weights(pair, s.Pd);
+        query_rows(s, b, h, pair, 0, num_queries);
+        key_rows(s, dropped, b, h, 0, num_keys);
+      }
+    });
+    return;
+  }
+  AttentionBackwardScratch<Scalar>& s = scratch.front();
+  const Index block = tuning::direct_block_rows;
+  const Index query_blocks = (num_queries + block - 1) / block, key_blocks = (num_keys + block - 1) / block;
+  for (Index kv_pair = 0; kv_pair < kv_pairs; ++kv_pair) {
+    const Index b = kv_pair / kv_heads, g = kv_pair % kv_heads;
+    const auto Vg = V.head(b, g);  // (keys, dv)
+    dK.head(b, g).setZero();
+    dV.head(b, g).setZero();
+    kernel.transpose_into(Vg.data(), Vg.outerStride(), num_keys, dv, s.VT.data(), s.VT.outerStride());
+    for (Index h = g * group; h < (g + 1) * group; ++h) {
+      const Index pair = b * num_heads + h;
+      const Scalar* dropped = dropped_weights(pair, s.Pd);
+      parallel_for(query_blocks, pair_work, [&](Index qb, int) {
+        query_rows(s, b, h, pair, qb * block, std::min(block, num_queries - qb * block));
+      });
+      parallel_for(key_blocks, pair_work, [&](Index kb, int) {
+        key_rows(s, dropped, b, h, kb * block, std::min(block, num_keys - kb * block));
+      });
+    }
+  }
 }
 
 // The scratch of both paths' backward passes, kept by a module between calls: a repeated training step reuses its
@@ -123,7 +170,7 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
 // Its contents between calls mean nothing.
 template <class Scalar>
 struct HeadsBackwardBuffers {
-  std::vector<AttentionBackwardScratch<Scalar>> direct;  // one per thread
+  std::vector<AttentionBackwardScratch<Scalar>> direct;  // one per thread, or one (scaled_dot_product_heads_backward)
   FlashBackwardBuffers<Scalar> tiled;
 };
 

@@ -14,7 +14,7 @@
 // (dS = P * (dP - D) is softmax_backward_row's rule: sum_k P_k dP_k = dO . (sum_k P_k F_k V_k) = dO . O.)
 //
 // Work items: a key/value head's key blocks are dealt, block t to group t mod G, into G groups (G from the shape:
-// tuning::flash_backward_items), one item per (key/value head, group). An item owns the dK and dV rows of its key
+// tuning::backward_items), one item per (key/value head, group). An item owns the dK and dV rows of its key
 // blocks, adding its query heads' contributions in order, and adds into its group's own partial dQ; the partials are
 // summed in group order at the end. So every bit is fixed by the shape, whatever the number of threads, with no
 // atomics. Extra memory: G partial dQ (G times Q's size), D, and each thread's tiles: O(n), not O(n^2).
@@ -102,7 +102,7 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
   const Index bc = std::min(tuning::flash_backward_key_rows<Scalar>, num_keys);
   const Index query_blocks = (num_queries + br - 1) / br, key_blocks = (num_keys + bc - 1) / bc;
   const Index groups =
-      std::min(key_blocks, std::max(Index(1), (tuning::flash_backward_items + kv_pairs - 1) / kv_pairs));
+      std::min(key_blocks, std::max(Index(1), (tuning::backward_items + kv_pairs - 1) / kv_pairs));
   const Scalar scale = Scalar(1) / std::sqrt(static_cast<Scalar>(d));
   const bool uniform = mask.fully_masked() == FullyMasked::uniform;
 

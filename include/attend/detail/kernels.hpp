@@ -123,9 +123,9 @@ struct Kernels {
   void (*softmax_backward_row)(const Scalar* y, const Scalar* dy, Scalar* dx, Index num_keys, const VisibleKeys& keys,
                                Scalar scale);
   void (*masked_softmax_row)(Scalar* row, Index num_keys, const VisibleKeys& keys, FullyMasked rule);
-  // every row of a block of scores times scale, then masked_softmax_row
-  void (*masked_softmax_block)(Scalar* scores, Index num_queries, Index num_keys, Index stride, const Mask& mask,
-                               Index b, Scalar scale);
+  // rows q0 .. q0 + rows - 1 of a (num_queries, num_keys) matrix of scores: each times scale, then masked_softmax_row
+  void (*masked_softmax_block)(Scalar* scores, Index rows, Index num_keys, Index stride, const Mask& mask, Index b,
+                               Index q0, Index num_queries, Scalar scale);
   void (*flash_attention_block)(const Heads<const Scalar>& Q, const HeadKeys<Scalar>& keys, Index b, Index h,
                                 Index q0, Index br, const Mask& mask, const Heads<Scalar>& output, FlashBlocks blocks,
                                 FlashWorkspace<Scalar>& ws, const AttentionDropout& dropout, Scalar* lse);

@@ -32,10 +32,12 @@ template <class Scalar>
 constexpr Eigen::Index flash_backward_query_rows = 64;
 template <class Scalar>
 constexpr Eigen::Index flash_backward_key_rows = sizeof(Scalar) <= 4 ? 128 : 64;
-// The tiled backward pass splits each key/value head's key blocks into enough groups for this many work items, so
-// that two to eight threads have work when batch * heads is small; each group adds its own partial dQ, summed in a
-// fixed order at the end. Chosen from the shape alone, so that the bits do not depend on the thread count.
-constexpr Eigen::Index flash_backward_items = 8;
+// Work items the backward passes make at least, when the shape allows, so that two to eight threads have work when
+// batch * heads is small: the tiled backward splits each key/value head's key blocks into enough groups (each adding
+// its own partial dQ, summed in a fixed order at the end); the direct one, with fewer key/value heads than this, takes
+// them one at a time, each in blocks of queries and then of keys. Chosen from the shape alone, so that the bits do
+// not depend on the thread count.
+constexpr Eigen::Index backward_items = 8;
 
 // The direct path while one call's weights take at most this (about one core's L2): AttentionPath::automatic takes
 // the tiled path above it, in evaluation mode.
@@ -44,6 +46,11 @@ constexpr double direct_path_bytes = 1 << 20;
 // tiled path, which recomputes the weights, makes 14, and it is the faster one while the weights, kept from the
 // forward pass to the backward, come back from a cache (docs/PERFORMANCE.md, "Training").
 constexpr double direct_training_bytes = 4 << 20;
+
+// The direct path's piece of work: a block of this many query rows of one head (its scores, softmax and weights times
+// values; in the backward pass, dP, dS and dQ), or of keys (the backward pass's dK and dV), so that a call with fewer
+// heads than threads still shares its work; a row's bits do not depend on it.
+constexpr Eigen::Index direct_block_rows = 64;
 
 // Rows of a projection's chunk, one piece of work for a thread: large enough that the weight's passes over it are a
 // small part of the chunk's work; fixed, so that the split, and so the bits, do not depend on the thread count.

@@ -163,9 +163,10 @@ void masked_softmax_row(Scalar* row, Index num_keys, const VisibleKeys& keys, Fu
   for (Index j = 0; j < num_keys; ++j) row[j] *= inverse;
 }
 
-// Every row of a (queries, keys) block of scores, rows `stride` apart, in place, each first multiplied by scale (the
-// scores' factor, 1 / sqrt(d) on the direct path: one pass over a row while it is in cache); the block belongs to
-// batch row b of the mask, whose shape the caller checked (Mask::require_shape).
+// Rows q0 .. q0 + rows - 1 of a (num_queries, keys) matrix of scores, as a block whose rows lie `stride` apart, in
+// place, each first multiplied by scale (the scores' factor, 1 / sqrt(d) on the direct path: one pass over a row while
+// it is in cache); the matrix belongs to batch row b of the mask, whose shape the caller checked
+// (Mask::require_shape).
 // Rows shorter than a packet (the seed's have 4 keys), when the block is contiguous, go through steps 0 and 1 of
 // masked_softmax_row row by row, storing row[j] - m in place, then step 2 as one pass of packets over the whole block,
 // then step 3 row by row: one exp for every packet of the block, not one per row, each a chain of dependent
@@ -174,29 +175,30 @@ void masked_softmax_row(Scalar* row, Index num_keys, const VisibleKeys& keys, Fu
 // packet. A row that the FullyMasked::zero rule empties is filled with -inf, whose exp is 0, and keeps that 0 (every
 // other row's sum is at least exp(0) = 1, or NaN).
 template <class Scalar>
-void masked_softmax_block(Scalar* scores, Index num_queries, Index num_keys, Index stride, const Mask& mask, Index b,
-                          Scalar scale) {
-  if (num_keys == 0 || num_queries == 0) return;  // nothing to normalise (and no row to point into)
-  if (num_keys >= Simd<Scalar>::size || num_queries == 1 || stride != num_keys) {
-    for (Index q = 0; q < num_queries; ++q) {
+void masked_softmax_block(Scalar* scores, Index rows, Index num_keys, Index stride, const Mask& mask, Index b, Index q0,
+                          Index num_queries, Scalar scale) {
+  if (num_keys == 0 || rows == 0) return;  // nothing to normalise (and no row to point into)
+  if (num_keys >= Simd<Scalar>::size || rows == 1 || stride != num_keys) {
+    for (Index q = 0; q < rows; ++q) {
       Scalar* row = scores + q * stride;
       if (scale != Scalar(1)) scale_row(row, num_keys, scale, row);
-      masked_softmax_row<Scalar>(row, num_keys, mask.visible_keys(b, q, num_queries, num_keys), mask.fully_masked());
+      masked_softmax_row<Scalar>(row, num_keys, mask.visible_keys(b, q0 + q, num_queries, num_keys),
+                                 mask.fully_masked());
     }
     return;
   }
-  for (Index q = 0; q < num_queries; ++q) {
+  for (Index q = 0; q < rows; ++q) {
     Scalar* row = scores + q * num_keys;
     if (scale != Scalar(1)) scale_row(row, num_keys, scale, row);
-    if (!mask_scores_row(row, num_keys, mask.visible_keys(b, q, num_queries, num_keys), mask.fully_masked())) {
+    if (!mask_scores_row(row, num_keys, mask.visible_keys(b, q0 + q, num_queries, num_keys), mask.fully_masked())) {
       std::fill(row, row + num_keys, -std::numeric_limits<Scalar>::infinity());
       continue;
     }
     const Scalar m = row_max(row, num_keys);
     for (Index j = 0; j < num_keys; ++j) row[j] -= m;
   }
-  exp_shifted(scores, num_queries * num_keys, Scalar(0));
-  for (Index q = 0; q < num_queries; ++q) {
+  exp_shifted(scores, rows * num_keys, Scalar(0));
+  for (Index q = 0; q < rows; ++q) {
     Scalar* row = scores + q * num_keys;
     Scalar sum = Scalar(0);
     for (Index j = 0; j < num_keys; ++j) sum += row[j];
