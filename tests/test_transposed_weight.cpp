@@ -438,6 +438,30 @@ TEMPLATE_TEST_CASE("A PacketBuffer starts on a packet boundary, and a copy of on
   REQUIRE(buffer.data() != nullptr);
 }
 
+TEMPLATE_TEST_CASE("A PacketMatrix is a row-major view on a packet boundary, and a copy of one starts empty",
+                   "[transposed_weight]", float, double) {
+  attend::detail::PacketMatrix<TestType> tile;
+  REQUIRE(tile.rows() == 0);
+  tile.resize(3, 32);
+  REQUIRE(tile.rows() == 3);
+  REQUIRE(tile.cols() == 32);
+  REQUIRE(tile.outerStride() == 32);
+  REQUIRE(reinterpret_cast<std::uintptr_t>(tile.data()) % attend::detail::tuning::widest_packet_bytes == 0);
+  tile.view().setZero();
+  tile.topLeftCorner(2, 3).setConstant(TestType(5));
+  REQUIRE(tile.data()[32 + 2] == TestType(5));  // row 1, column 2: rows 32 apart
+  REQUIRE(tile.data()[32 + 3] == TestType(0));
+  REQUIRE(tile.topRows(2).rows() == 2);
+  const attend::detail::PacketMatrix<TestType> copy = tile;
+  REQUIRE(copy.rows() == 0);
+  REQUIRE(copy.cols() == 0);
+  TestType* first = tile.data();
+  attend::detail::PacketMatrix<TestType> moved = std::move(tile);
+  REQUIRE(moved.data() == first);
+  REQUIRE(moved.rows() == 3);
+  REQUIRE(tile.rows() == 0);  // NOLINT(bugprone-use-after-move): a moved-from matrix is empty
+}
+
 TEMPLATE_TEST_CASE("transposed_times_matrix and strided_times_matrix over no inner dimension, or into no rows, read "
                    "no operand",
                    "[transposed_weight]", float, double) {

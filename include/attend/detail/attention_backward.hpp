@@ -19,6 +19,7 @@
 #include <attend/detail/flash_backward.hpp>
 #include <attend/detail/heads.hpp>
 #include <attend/detail/kernels.hpp>
+#include <attend/detail/packet_buffer.hpp>
 #include <attend/mask.hpp>
 #include <attend/tensor.hpp>
 #include <attend/threads.hpp>
@@ -40,9 +41,9 @@ struct AttentionBackwardScratch {
     if (VT.rows() != dv || VT.cols() != padded_to_packets<Scalar>(num_keys))
       VT = Matrix<Scalar>::Zero(dv, padded_to_packets<Scalar>(num_keys));
   }
-  Matrix<Scalar> A;   // (queries, keys): dP, then scale dS
-  Matrix<Scalar> Pd;  // (queries, keys): P~, with dropout
-  Matrix<Scalar> VT;  // (dv, keys padded to whole packets): V_g^T, the padding 0
+  PacketMatrix<Scalar> A;   // (queries, keys): dP, then scale dS
+  PacketMatrix<Scalar> Pd;  // (queries, keys): P~, with dropout
+  Matrix<Scalar> VT;        // (dv, keys padded to whole packets): V_g^T, the padding 0
 };
 
 // The gradients of scaled_dot_product_heads' inputs, written into dQ, dK, dV (views of the shapes of Q, K, V):
@@ -118,10 +119,10 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
                                    nullptr, dKg.data(), dKg.outerStride());
   };
   // P~ of pair `pair`: the kept weights, or with dropout their copy into `into` with the dropped ones 0.
-  const auto dropped_weights = [&](Index pair, Matrix<Scalar>& into) -> const Scalar* {
+  const auto dropped_weights = [&](Index pair, PacketMatrix<Scalar>& into) -> const Scalar* {
     const Scalar* P = weights.data() + pair * num_queries * num_keys;  // (queries, keys)
     if (!dropout.active()) return P;
-    into = Eigen::Map<const Matrix<Scalar>>(P, num_queries, num_keys);
+    into.view() = Eigen::Map<const Matrix<Scalar>>(P, num_queries, num_keys);
     for (Index i = 0; i < num_queries; ++i) dropout.apply(into.data() + i * num_keys, num_keys, pair, i, Index(0));
     return into.data();
   };

@@ -57,11 +57,11 @@ struct FlashBackwardScratch {
   // The key block's K^T (d, bc), V^T (dv, bc) and K (bc, d), each packed once for the products of every query block
   // (Kernels::pack_panel)
   PacketBuffer<Scalar> KT, VT, K;
-  Matrix<Scalar> Qs;              // (br, d): the query block over sqrt(d)
-  Matrix<Scalar> P;               // (br, bc): the weights
-  Matrix<Scalar> dropped;         // (br, bc): P * F
-  Matrix<Scalar> dP;              // (br, bc): dP, then dS
-  Matrix<Scalar> dK, dV;          // (bc, d), (bc, dv): the key block's gradients
+  PacketMatrix<Scalar> Qs;        // (br, d): the query block over sqrt(d)
+  PacketMatrix<Scalar> P;         // (br, bc): the weights
+  PacketMatrix<Scalar> dropped;   // (br, bc): P * F
+  PacketMatrix<Scalar> dP;        // (br, bc): dP, then dS
+  PacketMatrix<Scalar> dK, dV;    // (bc, d), (bc, dv): the key block's gradients
   std::vector<VisibleKeys> keys;  // (br): the keys each row of the query block sees
 };
 

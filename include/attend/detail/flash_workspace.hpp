@@ -28,7 +28,8 @@ constexpr FlashBlocks flash_blocks() {
 }
 
 // One thread's buffers, sized for the largest work item; resize() reallocates only when a size changes, so a
-// workspace kept across calls of the same shape allocates nothing.
+// workspace kept across calls of the same shape allocates nothing. The tiles the kernels stream in whole packets are
+// packet-aligned (PacketMatrix).
 template <class Scalar>
 struct FlashWorkspace {
   void resize(FlashBlocks blocks, Index d, Index dv) {
@@ -46,9 +47,9 @@ struct FlashWorkspace {
     keys.resize(rows);
   }
 
-  Matrix<Scalar> Qs;                // (Br, d): the query block, scaled by 1 / sqrt(d)
-  Matrix<Scalar> S;                 // (Br, Bc): scores, then unnormalised probabilities
-  Matrix<Scalar> O;                 // (Br, dv): unnormalised output
+  PacketMatrix<Scalar> Qs;          // (Br, d): the query block, scaled by 1 / sqrt(d)
+  PacketMatrix<Scalar> S;           // (Br, Bc): scores, then unnormalised probabilities
+  PacketMatrix<Scalar> O;           // (Br, dv): unnormalised output
   Vector<Scalar> m;                 // (Br): running maximum of each row's visible scores
   Vector<Scalar> l;                 // (Br): running sum of exp(score - m); 0 until the row has seen a key
   Vector<Scalar> shift;             // (Br): the maximum each row's exponentials of a key block take

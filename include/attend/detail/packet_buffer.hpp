@@ -68,6 +68,49 @@ class PacketBuffer {
   Index capacity_ = 0;
 };
 
+// A row-major (rows, cols) scratch matrix in a PacketBuffer: a tile whose rows the kernels load and store in whole
+// packets (with cols a multiple of the packet, every row starts on a cache line). Its contents between calls mean
+// nothing, as a PacketBuffer's: a copy starts empty (0 by 0), and assigning one leaves the matrix as it was. The views
+// are Eigen maps of its current size.
+template <class Scalar>
+class PacketMatrix {
+ public:
+  using View = Eigen::Map<Matrix<Scalar>>;
+
+  PacketMatrix() = default;
+  PacketMatrix(const PacketMatrix&) {}
+  PacketMatrix& operator=(const PacketMatrix&) { return *this; }
+  PacketMatrix(PacketMatrix&& other) noexcept
+      : buffer_(std::move(other.buffer_)),
+        rows_(std::exchange(other.rows_, Index(0))),
+        cols_(std::exchange(other.cols_, Index(0))) {}
+  PacketMatrix& operator=(PacketMatrix&& other) noexcept {
+    buffer_ = std::move(other.buffer_);
+    rows_ = std::exchange(other.rows_, Index(0));
+    cols_ = std::exchange(other.cols_, Index(0));
+    return *this;
+  }
+  ~PacketMatrix() = default;
+
+  void resize(Index rows, Index cols) {
+    buffer_.resize(rows * cols);
+    rows_ = rows;
+    cols_ = cols;
+  }
+  Scalar* data() { return buffer_.data(); }
+  const Scalar* data() const { return buffer_.data(); }
+  Index rows() const { return rows_; }
+  Index cols() const { return cols_; }
+  Index outerStride() const { return cols_; }
+  View view() { return View(buffer_.data(), rows_, cols_); }
+  auto topRows(Index rows) { return view().topRows(rows); }
+  auto topLeftCorner(Index rows, Index cols) { return view().topLeftCorner(rows, cols); }
+
+ private:
+  PacketBuffer<Scalar> buffer_;
+  Index rows_ = 0, cols_ = 0;
+};
+
 }  // namespace detail
 }  // namespace ATTEND_ABI
 }  // namespace attend
