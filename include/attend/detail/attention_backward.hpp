@@ -118,6 +118,13 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
     kernel.transposed_times_matrix(true, s.A.data() + k0, num_keys, keys, num_queries, Qh.data(), Qh.outerStride(), d,
                                    nullptr, dKg.data(), dKg.outerStride());
   };
+  // Key/value head g of batch row b begins: dK_g = dV_g = 0, V_g^T into s.VT.
+  const auto begin_head = [&](AttentionBackwardScratch<Scalar>& s, Index b, Index g) {
+    const auto Vg = V.head(b, g);  // (keys, dv)
+    dK.head(b, g).setZero();
+    dV.head(b, g).setZero();
+    kernel.transpose_into(Vg.data(), Vg.outerStride(), num_keys, dv, s.VT.data(), s.VT.outerStride());
+  };
   // P~ of pair `pair`: the kept weights, or with dropout their copy into `into` with the dropped ones 0.
   const auto dropped_weights = [&](Index pair, PacketMatrix<Scalar>& into) -> const Scalar* {
     const Scalar* P = weights.data() + pair * num_queries * num_keys;  // (queries, keys)
@@ -131,10 +138,7 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
     parallel_for(kv_pairs, pair_work * static_cast<double>(batch * num_heads), [&](Index kv_pair, int thread) {
       AttentionBackwardScratch<Scalar>& s = scratch[static_cast<std::size_t>(thread)];
       const Index b = kv_pair / kv_heads, g = kv_pair % kv_heads;
-      const auto Vg = V.head(b, g);  // (keys, dv)
-      dK.head(b, g).setZero();
-      dV.head(b, g).setZero();
-      kernel.transpose_into(Vg.data(), Vg.outerStride(), num_keys, dv, s.VT.data(), s.VT.outerStride());
+      begin_head(s, b, g);
       for (Index h = g * group; h < (g + 1) * group; ++h) {
         const Index pair = b * num_heads + h;
         const Scalar* dropped = dropped_weights(pair, s.Pd);
@@ -149,10 +153,7 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
   const Index query_blocks = (num_queries + block - 1) / block, key_blocks = (num_keys + block - 1) / block;
   for (Index kv_pair = 0; kv_pair < kv_pairs; ++kv_pair) {
     const Index b = kv_pair / kv_heads, g = kv_pair % kv_heads;
-    const auto Vg = V.head(b, g);  // (keys, dv)
-    dK.head(b, g).setZero();
-    dV.head(b, g).setZero();
-    kernel.transpose_into(Vg.data(), Vg.outerStride(), num_keys, dv, s.VT.data(), s.VT.outerStride());
+    begin_head(s, b, g);
     for (Index h = g * group; h < (g + 1) * group; ++h) {
       const Index pair = b * num_heads + h;
       const Scalar* dropped = dropped_weights(pair, s.Pd);
