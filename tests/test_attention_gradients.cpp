@@ -294,27 +294,35 @@ TEMPLATE_TEST_CASE("the direct backward gives the same bits taking whole heads o
   // Eight batch rows of one head each make tuning::backward_items key/value heads: each taken whole. One batch row
   // alone goes in blocks of queries, then of keys (tuning::direct_block_rows, 150 steps: three blocks, the last
   // partial). Every step of the module works row by row, so each batch row's input gradients must be the bits of the
-  // same row run alone. Causal, so that the blocks see different numbers of keys.
+  // same row run alone. Causal, and valid lengths from 150 down to 0 (a row that sees nothing: uniform weights), so
+  // that the blocks see different numbers of keys and the products are cut to them.
   const Index batch = 8, n = 150, d = 16;
   const Tensor3<TestType> X = random_tensor<TestType>(batch, n, d, 241), dY = random_tensor<TestType>(batch, n, d, 242);
-  const auto run = [&](const Tensor3<TestType>& x, const Tensor3<TestType>& dy) {
+  const auto run = [&](const Tensor3<TestType>& x, const Tensor3<TestType>& dy, const Mask& mask) {
     attend::Generator init(243);
     MultiHeadAttention<TestType> attention(d, d, d, d, 1, TestType(0), false, init);
     attention.set_path(AttentionPath::direct);
-    attention(x, x, x, Mask::causal());
+    attention(x, x, x, mask);
     return attention.backward(dy);
   };
-  const AttentionGradients<TestType> together = run(X, dY);
-  for (Index b = 0; b < batch; ++b) {
-    CAPTURE(b);
-    const Eigen::array<Index, 3> offsets{b, 0, 0}, extents{1, n, d};
-    const Tensor3<TestType> x = X.slice(offsets, extents), dy = dY.slice(offsets, extents);
-    const AttentionGradients<TestType> alone = run(x, dy);
-    const Tensor3<TestType> q = together.queries.slice(offsets, extents), k = together.keys.slice(offsets, extents),
-                            v = together.values.slice(offsets, extents);
-    REQUIRE_THAT(alone.queries, Near(q, exact<TestType>()));
-    REQUIRE_THAT(alone.keys, Near(k, exact<TestType>()));
-    REQUIRE_THAT(alone.values, Near(v, exact<TestType>()));
+  std::vector<Index> lens(static_cast<std::size_t>(batch));
+  for (Index b = 0; b < batch; ++b) lens[static_cast<std::size_t>(b)] = b == batch - 1 ? 0 : n - 23 * b;
+  for (const bool causal : {true, false}) {
+    CAPTURE(causal);
+    const Mask together_mask = causal ? Mask::causal() : Mask(ValidLens::per_batch(lens));
+    const AttentionGradients<TestType> together = run(X, dY, together_mask);
+    for (Index b = 0; b < batch; ++b) {
+      CAPTURE(b);
+      const Eigen::array<Index, 3> offsets{b, 0, 0}, extents{1, n, d};
+      const Tensor3<TestType> x = X.slice(offsets, extents), dy = dY.slice(offsets, extents);
+      const Mask alone_mask = causal ? Mask::causal() : Mask(ValidLens{lens[static_cast<std::size_t>(b)]});
+      const AttentionGradients<TestType> alone = run(x, dy, alone_mask);
+      const Tensor3<TestType> q = together.queries.slice(offsets, extents), k = together.keys.slice(offsets, extents),
+                              v = together.values.slice(offsets, extents);
+      REQUIRE_THAT(alone.queries, Near(q, exact<TestType>()));
+      REQUIRE_THAT(alone.keys, Near(k, exact<TestType>()));
+      REQUIRE_THAT(alone.values, Near(v, exact<TestType>()));
+    }
   }
 }
 

@@ -38,7 +38,8 @@ namespace detail {
 // last packet).
 
 // output = weights @ values on the level's row kernel, where a key the mask hides from a row is never read for that
-// row: its weight is exactly 0 and, normally, 0 * value = 0 adds nothing, but 0 * NaN and 0 * inf are NaN. So when
+// row: its weight is exactly 0 and, normally, 0 * value = 0 adds nothing, but 0 * NaN and 0 * inf are NaN. The product
+// runs over the keys some row's weights reach (a causal block's keys up to its last query's), and when
 // the values hold a non-finite number (checked in O(keys * value_dim), against the product's
 // O(queries * keys * value_dim)), each row sums over its visible keys only, one multiply-add of the row kernel per
 // key: the chain the whole product makes, less the keys of weight 0, so a row that sees only finite values gets the
@@ -56,9 +57,12 @@ void weights_times_values(const Eigen::MatrixBase<Weights>& weights, const Mask&
   using Scalar = typename Weights::Scalar;
   const Index rows = w.rows(), num_keys = w.cols(), dv = out.cols();
   if (num_queries < 0) num_queries = rows;
-  if (mask.empty() || all_finite(values)) {
-    kernel.rows_times_matrix(false, w.data(), w.outerStride(), rows, num_keys, v.data(), v.outerStride(), dv, false,
-                             nullptr, out.data(), out.outerStride());
+  if (mask.empty() || all_finite(values)) {  // over the keys the rows' weights reach (detail/mask_row.hpp)
+    const BlockKeys block = block_keys(mask, b, q0, rows, num_queries, num_keys);
+    const Index first = block.weighted_first(), last = std::max(first, block.weighted_last(num_keys));
+    kernel.rows_times_matrix(false, w.data() + first, w.outerStride(), rows, last - first,
+                             v.data() + first * v.outerStride(), v.outerStride(), dv, false, nullptr, out.data(),
+                             out.outerStride());
     return;
   }
   for (Index i = 0; i < rows; ++i) {
@@ -137,8 +141,8 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
   if (!tiny)
     parallel_for(kv_pairs, static_cast<double>(kv_pairs * num_keys * d), [&](Index kv_pair, int) {
       const auto Kg = K.head(kv_pair / kv_heads, kv_pair % kv_heads);  // (keys, d)
-      kernel.transpose_into(Kg.data(), Kg.outerStride(), num_keys, d, transposed_keys.data() + kv_pair * d * padded_keys,
-                            padded_keys);
+      Scalar* KT = transposed_keys.data() + kv_pair * d * padded_keys;  // (d, padded keys)
+      kernel.transpose_into(Kg.data(), Kg.outerStride(), num_keys, d, KT, padded_keys);
     });
   parallel_for(batch * num_heads * blocks, static_cast<double>(weights.size()) * static_cast<double>(d + dv),
                [&](Index item, int thread) {
@@ -153,9 +157,18 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
       kernel.tiny_scores(Qh.data(), Qh.outerStride(), Kh.data(), Kh.outerStride(), rows, num_keys, d, scale,
                          scores.data(), scores.outerStride());
     } else {  // Q_h K_g^T, scaled by the softmax's first pass over each row, as d2l's bmm(Q, K^T) / sqrt(d)
+      // Only the scores of keys some row sees, from a whole packet on (K^T's rows are padded to whole packets); the
+      // others are the masked score, which the softmax would write over them.
+      const BlockKeys block = block_keys(mask, b, q0, rows, num_queries, num_keys);
+      const Index first = std::min(block.first, block.last) / row_packet_size<Scalar> * row_packet_size<Scalar>;
+      const Index last = std::max(first, block.last);
       kernel.rows_times_matrix(false, Qh.data(), Qh.outerStride(), rows, d,
-                               transposed_keys.data() + kv_pair * d * padded_keys, padded_keys, num_keys, true,
-                               nullptr, scores.data(), scores.outerStride());
+                               transposed_keys.data() + kv_pair * d * padded_keys + first, padded_keys, last - first,
+                               true, nullptr, scores.data() + first, scores.outerStride());
+      if (first > 0 || last < num_keys) {
+        scores.leftCols(first).setConstant(masked_score<Scalar>());
+        scores.rightCols(num_keys - last).setConstant(masked_score<Scalar>());
+      }
     }
     kernel.masked_softmax_block(scores.data(), rows, num_keys, scores.outerStride(), mask, b, q0, num_queries,
                                 tiny ? Scalar(1) : scale);

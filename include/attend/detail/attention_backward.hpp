@@ -19,6 +19,7 @@
 #include <attend/detail/flash_backward.hpp>
 #include <attend/detail/heads.hpp>
 #include <attend/detail/kernels.hpp>
+#include <attend/detail/mask_row.hpp>
 #include <attend/detail/packet_buffer.hpp>
 #include <attend/mask.hpp>
 #include <attend/tensor.hpp>
@@ -36,6 +37,7 @@ template <class Scalar>
 struct AttentionBackwardScratch {
   // Sized for heads of (num_queries, num_keys) weights and values of dv, and P~ when `dropped`; the padding of VT is 0.
   void resize(Index num_queries, Index num_keys, Index dv, bool dropped) {
+    rows.resize(static_cast<std::size_t>(num_queries));
     A.resize(num_queries, num_keys);
     if (dropped) Pd.resize(num_queries, num_keys);
     if (VT.rows() != dv || VT.cols() != padded_to_packets<Scalar>(num_keys))
@@ -44,6 +46,7 @@ struct AttentionBackwardScratch {
   PacketMatrix<Scalar> A;   // (queries, keys): dP, then scale dS
   PacketMatrix<Scalar> Pd;  // (queries, keys): P~, with dropout
   Matrix<Scalar> VT;        // (dv, keys padded to whole packets): V_g^T, the padding 0
+  std::vector<VisibleKeys> rows;  // (queries): the keys each query of the batch row sees
 };
 
 // The gradients of scaled_dot_product_heads' inputs, written into dQ, dK, dV (views of the shapes of Q, K, V):
@@ -82,48 +85,67 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
   const bool whole_heads = kv_pairs >= tuning::backward_items;
   scratch.resize(whole_heads ? static_cast<std::size_t>(num_threads()) : 1);
   for (AttentionBackwardScratch<Scalar>& s : scratch) s.resize(num_queries, num_keys, dv, dropout.active());
+  const Index block = tuning::direct_block_rows;  // queries, or keys, a piece of work
   const double pair_work = static_cast<double>(num_queries) * static_cast<double>(num_keys) *
                            static_cast<double>(2 * d + 2 * dv);
 
   // Rows [q0, q0 + rows) of query head h (pair `pair`) of batch row b: dP = (dO V_g^T) * F, then scale dS row by row,
-  // into A's rows; dQ = scale dS K_g. VT: V_g^T.
+  // into A's rows; dQ = scale dS K_g. VT: V_g^T. dP is formed only over the keys the rows see together (from a whole
+  // packet on; VT's rows are padded to whole packets): dS is 0 elsewhere, as softmax_backward_row writes it.
   const auto query_rows = [&](AttentionBackwardScratch<Scalar>& s, Index b, Index h, Index pair, Index q0,
                               Index rows) {
-    const auto Kg = K.head(b, h / group);                                // (keys, d)
-    const auto dOh = dO.head(b, h).middleRows(q0, rows);                 // (rows, dv)
-    auto dQh = dQ.head(b, h).middleRows(q0, rows);                       // (rows, d)
+    const auto Kg = K.head(b, h / group);                                     // (keys, d)
+    const auto dOh = dO.head(b, h).middleRows(q0, rows);                      // (rows, dv)
+    auto dQh = dQ.head(b, h).middleRows(q0, rows);                            // (rows, d)
     const Scalar* P = weights.data() + (pair * num_queries + q0) * num_keys;  // (rows, keys)
-    Scalar* A = s.A.data() + q0 * num_keys;                              // (rows, keys)
-    kernel.rows_times_matrix(false, dOh.data(), dOh.outerStride(), rows, dv, s.VT.data(), s.VT.outerStride(),
-                             num_keys, true, nullptr, A, num_keys);
+    Scalar* A = s.A.data() + q0 * num_keys;                                   // (rows, keys)
+    const auto seen = [&](Index i) { return s.rows[static_cast<std::size_t>(q0 + i)]; };
+    const BlockKeys block = block_keys(rows, num_keys, mask.fully_masked(), seen);
+    const Index first = std::min(block.first, block.last) / row_packet_size<Scalar> * row_packet_size<Scalar>;
+    const Index last = std::max(first, block.last);
+    kernel.rows_times_matrix(false, dOh.data(), dOh.outerStride(), rows, dv, s.VT.data() + first, s.VT.outerStride(),
+                             last - first, true, nullptr, A + first, num_keys);
     for (Index i = 0; i < rows; ++i) {
       Scalar* row = A + i * num_keys;  // (keys)
-      dropout.apply(row, num_keys, pair, q0 + i, Index(0));
-      kernel.softmax_backward_row(P + i * num_keys, row, row, num_keys,
-                                  mask.visible_keys(b, q0 + i, num_queries, num_keys), scale);
+      dropout.apply(row + first, last - first, pair, q0 + i, first);
+      kernel.softmax_backward_row(P + i * num_keys, row, row, num_keys, s.rows[static_cast<std::size_t>(q0 + i)],
+                                  scale);
     }
-    kernel.rows_times_matrix(false, A, num_keys, rows, num_keys, Kg.data(), Kg.outerStride(), d, false, nullptr,
-                             dQh.data(), dQh.outerStride());
+    kernel.rows_times_matrix(false, A + first, num_keys, rows, last - first, Kg.data() + first * Kg.outerStride(),
+                             Kg.outerStride(), d, false, nullptr, dQh.data(), dQh.outerStride());
   };
   // Keys [k0, k0 + keys) of key/value head g of batch row b, from query head h: dV_g += P~^T dO_h, dK_g += (scale dS)^T
-  // Q_h, with P~ (queries, keys) read in place (the weights themselves without dropout) and scale dS in A.
+  // Q_h, with P~ (queries, keys) read in place (the weights themselves without dropout) and scale dS in A; over the
+  // queries whose weights reach these keys (every other row's terms are 0).
   const auto key_rows = [&](const AttentionBackwardScratch<Scalar>& s, const Scalar* dropped, Index b, Index h,
                             Index k0, Index keys) {
-    const auto Qh = Q.head(b, h);    // (queries, d)
-    const auto dOh = dO.head(b, h);  // (queries, dv)
-    auto dVg = dV.head(b, h / group).middleRows(k0, keys);  // (keys, dv)
-    auto dKg = dK.head(b, h / group).middleRows(k0, keys);  // (keys, d)
-    kernel.transposed_times_matrix(true, dropped + k0, num_keys, keys, num_queries, dOh.data(), dOh.outerStride(), dv,
-                                   nullptr, dVg.data(), dVg.outerStride());
-    kernel.transposed_times_matrix(true, s.A.data() + k0, num_keys, keys, num_queries, Qh.data(), Qh.outerStride(), d,
-                                   nullptr, dKg.data(), dKg.outerStride());
+    const bool uniform = mask.fully_masked() == FullyMasked::uniform;
+    Index q0 = num_queries, q1 = 0;
+    for (Index q = 0; q < num_queries; ++q) {
+      const VisibleKeys& seen = s.rows[static_cast<std::size_t>(q)];
+      if (seen.none() ? uniform : seen.first < k0 + keys && seen.last > k0) {
+        q0 = std::min(q0, q);
+        q1 = q + 1;
+      }
+    }
+    if (q0 >= q1) return;
+    const auto Qh = Q.head(b, h).middleRows(q0, q1 - q0);    // (queries, d)
+    const auto dOh = dO.head(b, h).middleRows(q0, q1 - q0);  // (queries, dv)
+    auto dVg = dV.head(b, h / group).middleRows(k0, keys);   // (keys, dv)
+    auto dKg = dK.head(b, h / group).middleRows(k0, keys);   // (keys, d)
+    kernel.transposed_times_matrix(true, dropped + q0 * num_keys + k0, num_keys, keys, q1 - q0, dOh.data(),
+                                   dOh.outerStride(), dv, nullptr, dVg.data(), dVg.outerStride());
+    kernel.transposed_times_matrix(true, s.A.data() + q0 * num_keys + k0, num_keys, keys, q1 - q0, Qh.data(),
+                                   Qh.outerStride(), d, nullptr, dKg.data(), dKg.outerStride());
   };
-  // Key/value head g of batch row b begins: dK_g = dV_g = 0, V_g^T into s.VT.
+  // Key/value head g of batch row b begins: dK_g = dV_g = 0, V_g^T into s.VT, the keys each query sees into s.rows.
   const auto begin_head = [&](AttentionBackwardScratch<Scalar>& s, Index b, Index g) {
     const auto Vg = V.head(b, g);  // (keys, dv)
     dK.head(b, g).setZero();
     dV.head(b, g).setZero();
     kernel.transpose_into(Vg.data(), Vg.outerStride(), num_keys, dv, s.VT.data(), s.VT.outerStride());
+    for (Index q = 0; q < num_queries; ++q)
+      s.rows[static_cast<std::size_t>(q)] = mask.visible_keys(b, q, num_queries, num_keys);
   };
   // P~ of pair `pair`: the kept weights, or with dropout their copy into `into` with the dropped ones 0.
   const auto dropped_weights = [&](Index pair, PacketMatrix<Scalar>& into) -> const Scalar* {
@@ -142,14 +164,14 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
       for (Index h = g * group; h < (g + 1) * group; ++h) {
         const Index pair = b * num_heads + h;
         const Scalar* dropped = dropped_weights(pair, s.Pd);
-        query_rows(s, b, h, pair, 0, num_queries);
-        key_rows(s, dropped, b, h, 0, num_keys);
+        for (Index q0 = 0; q0 < num_queries; q0 += block)
+          query_rows(s, b, h, pair, q0, std::min(block, num_queries - q0));
+        for (Index k0 = 0; k0 < num_keys; k0 += block) key_rows(s, dropped, b, h, k0, std::min(block, num_keys - k0));
       }
     });
     return;
   }
   AttentionBackwardScratch<Scalar>& s = scratch.front();
-  const Index block = tuning::direct_block_rows;
   const Index query_blocks = (num_queries + block - 1) / block, key_blocks = (num_keys + block - 1) / block;
   for (Index kv_pair = 0; kv_pair < kv_pairs; ++kv_pair) {
     const Index b = kv_pair / kv_heads, g = kv_pair % kv_heads;
