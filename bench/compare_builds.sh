@@ -3,22 +3,30 @@
 #   bench/compare_builds.sh [build dir] [alternations]          the default-flags build against the -march=native one
 #   bench/compare_builds.sh [build dir] [alternations] LEVEL    the default build forced to LEVEL (ATTEND_ISA) against
 #                                                               the same build on the level it chooses
-#   bench/compare_builds.sh [build dir] [alternations] PROGRAM  another forward_time (a copy kept from an earlier
-#                                                               build, say) against this build's
+#   bench/compare_builds.sh [build dir] [alternations] PROGRAM [LEVEL]
+#                                                               another forward_time (a copy kept from an earlier
+#                                                               build, or one built with other flags) against this
+#                                                               build's, both forced to LEVEL when it is given
 # Each run prints one median per shape; the table gives the median over the alternations of each, and A / B (above 1:
 # A is slower).
 set -euo pipefail
 build=${1:-build}
 alternations=${2:-5}
 level=${3:-}
+both=${4:-}
 if [[ -z "$level" ]]; then
   run_a() { "$build/bench/forward_time" 5; }
   run_b() { "$build/bench/forward_time_native" 5; }
   name_a="default build"
   name_b="native build"
 elif [[ -x "$level" && -f "$level" ]]; then
-  run_a() { env -u ATTEND_ISA "$level" 5; }
-  run_b() { env -u ATTEND_ISA "$build/bench/forward_time" 5; }
+  if [[ -n "$both" ]]; then
+    run_a() { ATTEND_ISA="$both" "$level" 5; }
+    run_b() { ATTEND_ISA="$both" "$build/bench/forward_time" 5; }
+  else
+    run_a() { env -u ATTEND_ISA "$level" 5; }
+    run_b() { env -u ATTEND_ISA "$build/bench/forward_time" 5; }
+  fi
   name_a="$level"
   name_b="$build/bench/forward_time"
 else
