@@ -6,7 +6,8 @@
 //                                                                      is the process's)
 //
 // Step/<path>/<pass>: MultiHeadAttention<float> on (batch, n, d) with h heads, training mode, dropout 0, no mask;
-// pass 0 is operator() alone, pass 1 operator() then backward(dY). The backward pass makes about 2.5 times the
+// pass 0 is operator() alone, pass 1 operator() then backward(dY). StepCausal: the training step under a causal
+// mask, where both paths skip the keys a block of queries does not see. The backward pass makes about 2.5 times the
 // forward's products on the direct path (dV, dP, dQ, dK and the four projections' dX and dW) and recomputes the
 // weights and dP on the tiled path, so forward + backward takes 3-4 times the forward.
 // LongCausal: one causal training step of one head of d = 64 over n = 16384 keys on the tiled path (the direct path
@@ -18,7 +19,8 @@
 
 namespace {
 
-void Step(benchmark::State& state) {
+// One training step (or forward pass) on the path asked for, under the mask given.
+void time_step(benchmark::State& state, const attend::Mask& mask) {
   const attend::Index batch = state.range(0), n = state.range(1), d = state.range(2), heads = state.range(3);
   const bool tiled = state.range(4) != 0, backward = state.range(5) != 0;
   attend::Generator generator(1);
@@ -28,7 +30,7 @@ void Step(benchmark::State& state) {
   X.setRandom();
   dY.setRandom();
   for (auto _ : state) {
-    attend::Tensor3<float> Y = attention(X, X, X);  // (batch, n, d)
+    attend::Tensor3<float> Y = attention(X, X, X, mask);  // (batch, n, d)
     benchmark::DoNotOptimize(Y.data());
     if (backward) {
       attend::AttentionGradients<float> g = attention.backward(dY);
@@ -38,11 +40,21 @@ void Step(benchmark::State& state) {
   state.SetLabel(attend::isa_name(attend::active_isa()));
 }
 
+void Step(benchmark::State& state) { time_step(state, attend::Mask()); }
+void StepCausal(benchmark::State& state) { time_step(state, attend::Mask::causal()); }
+
 BENCHMARK(Step)
     ->ArgNames({"batch", "n", "d", "heads", "tiled", "backward"})
     ->ArgsProduct({{1}, {1024, 2048, 4096}, {64}, {1}, {0, 1}, {0, 1}})
     ->ArgsProduct({{1}, {1024, 2048}, {256}, {8}, {0, 1}, {0, 1}})
     ->ArgsProduct({{8}, {128}, {256}, {8}, {0, 1}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+BENCHMARK(StepCausal)
+    ->ArgNames({"batch", "n", "d", "heads", "tiled", "backward"})
+    ->ArgsProduct({{1}, {512, 1024}, {64}, {1}, {0, 1}, {1}})
+    ->ArgsProduct({{8}, {128}, {256}, {8}, {0, 1}, {1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -772,7 +772,7 @@ int main(int argc, char** argv) try {
   };
   std::cout << "\n  against n at d = " << plan.train_n_d
             << " (self-attention: " << std::max<Index>(plan.train_n_d / 16, 1)
-            << " heads; in training mode it takes the tiled path where its weights would pass 4 MiB):\n";
+            << " heads; it takes the tiled path where its weights would pass 1 MiB):\n";
   training_sweep("n", plan.train_n_values, [&](Index n) { return std::make_pair(n, plan.train_n_d); });
   std::cout << "\n  against d at n = " << plan.train_d_n << ":\n";
   training_sweep("d", plan.train_d_values, [&](Index d) { return std::make_pair(plan.train_d_n, d); });

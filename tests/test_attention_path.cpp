@@ -134,27 +134,6 @@ TEMPLATE_TEST_CASE("The automatic path keeps the weights of small calls and form
   REQUIRE_FALSE(std::equal(evaluated.data(), evaluated.data() + evaluated.size(), tiled_dropped.data()));
 }
 
-TEMPLATE_TEST_CASE("In training mode the automatic path keeps the weights up to the training budget",
-                   "[attention_path]", float, double) {
-  // Evaluation mode takes the tiled path above 1 MiB of weights, training mode above 4 MiB (detail/tuning.hpp); the
-  // const forward() is evaluation's whatever the mode.
-  attend::MultiHeadAttention<TestType> attention(16, 16, 16, 16, 2, TestType(0));
-  REQUIRE(attention.is_training());
-  // 1 * 2 heads * 512 * 512 weights: 2 MiB in float, 4 MiB in double: direct in training, tiled in evaluation.
-  const Tensor3<TestType> mid = random_tensor<TestType>(1, 512, 16, 3);
-  const Tensor3<TestType> trained = attention(mid, mid, mid);
-  REQUIRE_FALSE(attention.last_call_tiled());
-  REQUIRE(attention.attention_weights().dimension(2) == 512);
-  attention.eval();
-  REQUIRE_THAT(attention(mid, mid, mid), attend_test::Near(trained, path_tolerance<TestType>()));
-  REQUIRE(attention.last_call_tiled());
-  // 1 * 2 heads * 1024 * 1024 weights, 8 or 16 MiB: tiled in training too.
-  attention.train();
-  const Tensor3<TestType> large = random_tensor<TestType>(1, 1024, 16, 4);
-  attention(large, large, large);
-  REQUIRE(attention.last_call_tiled());
-}
-
 TEMPLATE_TEST_CASE("set_path rejects a value outside the enumeration", "[attention_path]", float, double) {
   attend::DotProductAttention<TestType> attention(TestType(0));
   REQUIRE_THROWS_AS(attention.set_path(static_cast<AttentionPath>(7)), std::invalid_argument);

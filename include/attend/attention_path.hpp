@@ -6,11 +6,9 @@
 //           memory O(queries + keys) per thread instead of O(queries * keys), no weights formed; its backward pass
 //           recomputes them block by block (detail/flash_backward.hpp). Dropout draws the same mask on both paths
 //           (detail/attention_dropout.hpp).
-//   automatic (the default) tiled when the weights of the whole call would take more than a budget: 1 MiB (a
-//           core's L2 cache) in evaluation mode, 4 MiB in training mode, where the direct path's backward pass,
-//           which reads the kept weights instead of recomputing them, is the faster one up to there
-//           (detail/tuning.hpp); direct otherwise. Small calls, the seed's among them, keep their weights; large
-//           ones neither store nor compute an n^2 tensor.
+//   automatic (the default) tiled when the weights of the whole call would take more than direct_weights_budget
+//           bytes (a core's L2 cache here), in evaluation and training alike; direct otherwise. Small calls, the
+//           seed's among them, keep their weights; large ones neither store nor compute an n^2 tensor.
 //
 // After a call that took the tiled path, a module's attention_weights() throws std::logic_error (there are none);
 // set_path(AttentionPath::direct) keeps them at any size. Both paths agree to rounding (tests/test_flash_attention.cpp,
@@ -41,22 +39,18 @@ inline std::ostream& operator<<(std::ostream& out, AttentionPath path) {
 
 namespace detail {
 
-// automatic's threshold: the bytes of one call's (batch * heads, queries, keys) weights (tuning.hpp), in evaluation
-// or training mode.
-constexpr double direct_weights_budget(bool training) {
-  return training ? tuning::direct_training_bytes : tuning::direct_path_bytes;
-}
+// automatic's threshold: the bytes of one call's (batch * heads, queries, keys) weights (tuning.hpp).
+constexpr double direct_weights_budget = tuning::direct_path_bytes;
 
-// True when a call should run the tiled kernel. weights: the number of elements the direct path would form;
-// training: the module's mode (a const forward() is evaluation's).
+// True when a call should run the tiled kernel. weights: the number of elements the direct path would form.
 template <class Scalar>
-bool takes_tiled_path(AttentionPath path, Index weights, bool training = false) {
+bool takes_tiled_path(AttentionPath path, Index weights) {
   switch (path) {
     case AttentionPath::direct: return false;
     case AttentionPath::tiled: return true;
     case AttentionPath::automatic: break;
   }
-  return static_cast<double>(weights) * sizeof(Scalar) > direct_weights_budget(training);
+  return static_cast<double>(weights) * sizeof(Scalar) > direct_weights_budget;
 }
 
 // Checks a path given to module's set_path (an enum may hold any integer).

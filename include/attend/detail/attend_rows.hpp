@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -46,10 +47,12 @@ namespace detail {
 // bits it gets when every value is finite. A row that sees no key follows its rule (uniform: the mean of every value
 // row, d2l's result; zero: 0). weights: (rows, keys), rows q0 .. q0 + rows - 1 of the batch row's num_queries
 // (all of them by default); values: (keys, value_dim); output: (rows, value_dim), all row-major with contiguous rows.
+// values_finite: whether every value is finite, when the caller knows (it checks once for many blocks of rows).
 template <class Weights, class Values, class Output>
 void weights_times_values(const Eigen::MatrixBase<Weights>& weights, const Mask& mask, Index b,
                           const Eigen::MatrixBase<Values>& values, Eigen::MatrixBase<Output>& output,
-                          const Kernels<typename Weights::Scalar>& kernel, Index q0 = 0, Index num_queries = -1) {
+                          const Kernels<typename Weights::Scalar>& kernel, Index q0 = 0, Index num_queries = -1,
+                          const bool* values_finite = nullptr) {
   static_assert(Weights::IsRowMajor && Values::IsRowMajor && Output::IsRowMajor, "rows must be contiguous");
   const Weights& w = weights.derived();
   const Values& v = values.derived();
@@ -57,12 +60,13 @@ void weights_times_values(const Eigen::MatrixBase<Weights>& weights, const Mask&
   using Scalar = typename Weights::Scalar;
   const Index rows = w.rows(), num_keys = w.cols(), dv = out.cols();
   if (num_queries < 0) num_queries = rows;
-  if (mask.empty() || all_finite(values)) {  // over the keys the rows' weights reach (detail/mask_row.hpp)
+  if (mask.empty() || (values_finite != nullptr ? *values_finite : all_finite(values))) {
+    // over the keys the rows' weights reach (detail/mask_row.hpp)
     const BlockKeys block = block_keys(mask, b, q0, rows, num_queries, num_keys);
     const Index first = block.weighted_first(), last = std::max(first, block.weighted_last(num_keys));
-    kernel.rows_times_matrix(false, w.data() + first, w.outerStride(), rows, last - first,
-                             v.data() + first * v.outerStride(), v.outerStride(), dv, false, nullptr, out.data(),
-                             out.outerStride());
+    const auto* v_first = last > first ? v.data() + first * v.outerStride() : nullptr;  // none read without keys
+    kernel.rows_times_matrix(false, w.data() + first, w.outerStride(), rows, last - first, v_first, v.outerStride(),
+                             dv, false, nullptr, out.data(), out.outerStride());
     return;
   }
   for (Index i = 0; i < rows; ++i) {
@@ -138,12 +142,16 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
   std::vector<Matrix<Scalar>> dropped;  // (block rows, keys)
   if (dropout.active())
     dropped.assign(static_cast<std::size_t>(num_threads()), Matrix<Scalar>(block_rows, num_keys));
-  if (!tiny)
-    parallel_for(kv_pairs, static_cast<double>(kv_pairs * num_keys * d), [&](Index kv_pair, int) {
-      const auto Kg = K.head(kv_pair / kv_heads, kv_pair % kv_heads);  // (keys, d)
-      Scalar* KT = transposed_keys.data() + kv_pair * d * padded_keys;  // (d, padded keys)
-      kernel.transpose_into(Kg.data(), Kg.outerStride(), num_keys, d, KT, padded_keys);
-    });
+  // Per key/value head, before its query blocks: K_g^T, and whether V_g is all finite (weights_times_values).
+  const std::unique_ptr<bool[]> values_finite(new bool[static_cast<std::size_t>(kv_pairs)]);  // (kv_pairs)
+  parallel_for(kv_pairs, static_cast<double>(kv_pairs * num_keys * (d + dv)), [&](Index kv_pair, int) {
+    const Index b = kv_pair / kv_heads, g = kv_pair % kv_heads;
+    values_finite[static_cast<std::size_t>(kv_pair)] = mask.empty() || all_finite(V.head(b, g));
+    if (tiny) return;
+    const auto Kg = K.head(b, g);                                      // (keys, d)
+    Scalar* KT = transposed_keys.data() + kv_pair * d * padded_keys;  // (d, padded keys)
+    kernel.transpose_into(Kg.data(), Kg.outerStride(), num_keys, d, KT, padded_keys);
+  });
   parallel_for(batch * num_heads * blocks, static_cast<double>(weights.size()) * static_cast<double>(d + dv),
                [&](Index item, int thread) {
     const Index bh = item / blocks, q0 = item % blocks * block_rows, rows = std::min(block_rows, num_queries - q0);
@@ -159,26 +167,25 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
     } else {  // Q_h K_g^T, scaled by the softmax's first pass over each row, as d2l's bmm(Q, K^T) / sqrt(d)
       // Only the scores of keys some row sees, from a whole packet on (K^T's rows are padded to whole packets); the
       // others are the masked score, which the softmax would write over them.
+      // Only the scores of keys some row sees, from a whole packet on (K^T's rows are padded to whole packets); the
+      // softmax writes the masked score over the others before it reads a row.
       const BlockKeys block = block_keys(mask, b, q0, rows, num_queries, num_keys);
       const Index first = std::min(block.first, block.last) / row_packet_size<Scalar> * row_packet_size<Scalar>;
       const Index last = std::max(first, block.last);
       kernel.rows_times_matrix(false, Qh.data(), Qh.outerStride(), rows, d,
                                transposed_keys.data() + kv_pair * d * padded_keys + first, padded_keys, last - first,
                                true, nullptr, scores.data() + first, scores.outerStride());
-      if (first > 0 || last < num_keys) {
-        scores.leftCols(first).setConstant(masked_score<Scalar>());
-        scores.rightCols(num_keys - last).setConstant(masked_score<Scalar>());
-      }
     }
     kernel.masked_softmax_block(scores.data(), rows, num_keys, scores.outerStride(), mask, b, q0, num_queries,
                                 tiny ? Scalar(1) : scale);
+    const bool* finite = &values_finite[static_cast<std::size_t>(kv_pair)];
     if (dropout.active()) {
       auto P = dropped[static_cast<std::size_t>(thread)].topRows(rows);  // (rows, keys); the kept weights stay
       P = scores;
       for (Index i = 0; i < rows; ++i) dropout.apply(P.data() + i * num_keys, num_keys, bh, q0 + i, Index(0));
-      weights_times_values(P, mask, b, Vh, out, kernel, q0, num_queries);
+      weights_times_values(P, mask, b, Vh, out, kernel, q0, num_queries, finite);
     } else {
-      weights_times_values(scores, mask, b, Vh, out, kernel, q0, num_queries);
+      weights_times_values(scores, mask, b, Vh, out, kernel, q0, num_queries, finite);
     }
   });
 }

@@ -111,8 +111,9 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
       kernel.softmax_backward_row(P + i * num_keys, row, row, num_keys, s.rows[static_cast<std::size_t>(q0 + i)],
                                   scale);
     }
-    kernel.rows_times_matrix(false, A + first, num_keys, rows, last - first, Kg.data() + first * Kg.outerStride(),
-                             Kg.outerStride(), d, false, nullptr, dQh.data(), dQh.outerStride());
+    const Scalar* K_first = last > first ? Kg.data() + first * Kg.outerStride() : nullptr;  // none read without keys
+    kernel.rows_times_matrix(false, A + first, num_keys, rows, last - first, K_first, Kg.outerStride(), d, false,
+                             nullptr, dQh.data(), dQh.outerStride());
   };
   // Keys [k0, k0 + keys) of key/value head g of batch row b, from query head h: dV_g += P~^T dO_h, dK_g += (scale dS)^T
   // Q_h, with P~ (queries, keys) read in place (the weights themselves without dropout) and scale dS in A; over the

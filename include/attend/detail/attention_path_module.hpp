@@ -69,7 +69,7 @@ class AttentionPathModule : public Module {
                              const Mask& mask = {}) {
     derived().check(queries, keys, values, mask, Derived::name);
     const bool drop = is_training() && derived().dropout() > Scalar(0);
-    const bool tiled = takes_tiled(queries, keys, is_training());
+    const bool tiled = takes_tiled(queries, keys);
     recorded_ = false;  // until this call's record is complete
     const AttentionDropout dropout =
         drop ? AttentionDropout(static_cast<double>(derived().dropout()), derived().generator().next())
@@ -120,7 +120,7 @@ class AttentionPathModule : public Module {
                           const Mask& mask, AttentionWorkspace<Scalar>& workspace) const {
     derived().check(queries, keys, values, mask, Derived::forward_name);
     return derived().run(queries, keys, values, mask, workspace, nullptr, AttentionDropout(),
-                         takes_tiled(queries, keys, false), nullptr);
+                         takes_tiled(queries, keys), nullptr);
   }
 
   void set_path(AttentionPath path) { path_ = checked_path(path, Derived::name); }
@@ -143,8 +143,8 @@ class AttentionPathModule : public Module {
   const Derived& derived() const { return static_cast<const Derived&>(*this); }
   Derived& derived() { return static_cast<Derived&>(*this); }
 
-  bool takes_tiled(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, bool training) const {
-    return takes_tiled_path<Scalar>(path_, derived().weights_count(queries, keys), training);
+  bool takes_tiled(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys) const {
+    return takes_tiled_path<Scalar>(path_, derived().weights_count(queries, keys));
   }
 
   AttentionPath path_ = AttentionPath::automatic;

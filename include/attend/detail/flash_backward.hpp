@@ -17,7 +17,7 @@
 // tuning::backward_items), one item per (key/value head, group). An item owns the dK and dV rows of its key
 // blocks, adding its query heads' contributions in order, and adds into its group's own partial dQ; the partials are
 // summed in group order at the end. So every bit is fixed by the shape, whatever the number of threads, with no
-// atomics. Extra memory: G partial dQ (G times Q's size), D, and each thread's tiles: O(n), not O(n^2).
+// atomics. Extra memory: G - 1 partial dQ (group 0 adds into dQ), D, and each thread's tiles: O(n), not O(n^2).
 // A key block enters an item's loop only for the query blocks that see one of its keys.
 #pragma once
 
@@ -71,7 +71,6 @@ template <class Scalar>
 struct FlashBackwardBuffers {
   std::vector<FlashBackwardScratch<Scalar>> threads;  // one per thread
   Vector<Scalar> D;                                   // (pairs * queries): dO_i . O_i
-  Matrix<Scalar> partial_dQ;                          // (groups * pairs * queries, d): each group's dQ, unscaled
 };
 
 // The gradients of flash_attention_heads' inputs, written into dQ, dK, dV (views of the shapes of Q, K, V):
@@ -114,8 +113,11 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
     D.segment(pair * num_queries, num_queries) = (dOh.array() * Oh.array()).rowwise().sum();
   }
   // Partial dQ of group s for pair p: rows (s * pairs + p) * num_queries .., not yet scaled.
-  Matrix<Scalar>& partial_dQ = buffers.partial_dQ;
-  partial_dQ.setZero(groups * pairs * num_queries, d);
+  // Group 0 adds into dQ itself, group s > 0 into rows ((s - 1) * pairs + pair) * num_queries .. of partial_dQ; both
+  // unscaled until the end. Allocated per call: kept, its G - 1 times Q's size would stay beside the next call's
+  // gradients.
+  for (Index pair = 0; pair < pairs; ++pair) dQ.head(pair / num_heads, pair % num_heads).setZero();
+  Matrix<Scalar> partial_dQ = Matrix<Scalar>::Zero((groups - 1) * pairs * num_queries, d);
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
   std::vector<FlashBackwardScratch<Scalar>>& scratch = buffers.threads;
   scratch.resize(static_cast<std::size_t>(num_threads()));
@@ -198,21 +200,21 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
           // dK_blk += dS^T Qs;  dQ_blk += dS K_blk (scaled at the end)
           kernel.transposed_times_matrix(true, dP.data(), dP.outerStride(), kc, rows, Qs.data(), Qs.outerStride(), d,
                                          nullptr, dKb.data(), dKb.outerStride());
-          Scalar* dQ_rows = partial_dQ.data() + ((split * pairs + pair) * num_queries + q0) * d;  // (rows, d)
+          Scalar* dQ_rows = split == 0 ? dQ.at(b, h, q0)
+                                       : partial_dQ.data() + (((split - 1) * pairs + pair) * num_queries + q0) * d;
           kernel.packed_times_matrix(true, dP.data(), dP.outerStride(), rows, kc, d, s.K.data(), kc, d, nullptr,
-                                     dQ_rows, d);
+                                     dQ_rows, split == 0 ? dQ.row_stride : d);  // (rows, d)
         }
       }
       dK.head(b, g).middleRows(k0, kc) = dKb;
       dV.head(b, g).middleRows(k0, kc) = dVb;
     }
   });
-  // dQ = (partial 0 + partial 1 + ...) / sqrt(d), in group order.
+  // dQ = (group 0's + group 1's + ...) / sqrt(d), in group order.
   parallel_for(pairs, static_cast<double>(groups * pairs * num_queries * d), [&](Index pair, int) {
     auto dQh = dQ.head(pair / num_heads, pair % num_heads);  // (queries, d)
-    dQh = partial_dQ.middleRows(pair * num_queries, num_queries);
     for (Index split = 1; split < groups; ++split)
-      dQh += partial_dQ.middleRows((split * pairs + pair) * num_queries, num_queries);
+      dQh += partial_dQ.middleRows(((split - 1) * pairs + pair) * num_queries, num_queries);
     dQh *= scale;
   });
 }

@@ -40,12 +40,8 @@ constexpr Eigen::Index flash_backward_key_rows = sizeof(Scalar) <= 4 ? 128 : 64;
 constexpr Eigen::Index backward_items = 8;
 
 // The direct path while one call's weights take at most this (about one core's L2): AttentionPath::automatic takes
-// the tiled path above it, in evaluation mode.
+// the tiled path above it, in evaluation and training mode alike.
 constexpr double direct_path_bytes = 1 << 20;
-// The same in training mode: a training step on the direct path makes 12 n^2 d multiply-adds of attention where the
-// tiled path, which recomputes the weights, makes 14, and it is the faster one while the weights, kept from the
-// forward pass to the backward, come back from a cache (docs/PERFORMANCE.md, "Training").
-constexpr double direct_training_bytes = 4 << 20;
 
 // The direct path's piece of work: a block of this many query rows of one head (its scores, softmax and weights times
 // values; in the backward pass, dP, dS and dQ), or of keys (the backward pass's dK and dV), so that a call with fewer

@@ -163,10 +163,18 @@ void masked_softmax_row(Scalar* row, Index num_keys, const VisibleKeys& keys, Fu
   for (Index j = 0; j < num_keys; ++j) row[j] *= inverse;
 }
 
+// The scores of row's visible range times scale (the others are replaced by the masked score before they are read,
+// so they need not hold a number).
+template <class Scalar>
+void scale_visible(Scalar* row, Index num_keys, const VisibleKeys& keys, Scalar scale) {
+  const Index first = std::min(keys.first, num_keys), last = std::max(first, std::min(keys.last, num_keys));
+  if (scale != Scalar(1)) scale_row(row + first, last - first, scale, row + first);
+}
+
 // Rows q0 .. q0 + rows - 1 of a (num_queries, keys) matrix of scores, as a block whose rows lie `stride` apart, in
 // place, each first multiplied by scale (the scores' factor, 1 / sqrt(d) on the direct path: one pass over a row while
-// it is in cache); the matrix belongs to batch row b of the mask, whose shape the caller checked
-// (Mask::require_shape).
+// it is in cache) where the row sees its keys; the matrix belongs to batch row b of the mask, whose shape the caller
+// checked (Mask::require_shape). The scores of keys a row does not see are never read: they may hold anything.
 // Rows shorter than a packet (the seed's have 4 keys), when the block is contiguous, go through steps 0 and 1 of
 // masked_softmax_row row by row, storing row[j] - m in place, then step 2 as one pass of packets over the whole block,
 // then step 3 row by row: one exp for every packet of the block, not one per row, each a chain of dependent
@@ -181,16 +189,17 @@ void masked_softmax_block(Scalar* scores, Index rows, Index num_keys, Index stri
   if (num_keys >= Simd<Scalar>::size || rows == 1 || stride != num_keys) {
     for (Index q = 0; q < rows; ++q) {
       Scalar* row = scores + q * stride;
-      if (scale != Scalar(1)) scale_row(row, num_keys, scale, row);
-      masked_softmax_row<Scalar>(row, num_keys, mask.visible_keys(b, q0 + q, num_queries, num_keys),
-                                 mask.fully_masked());
+      const VisibleKeys keys = mask.visible_keys(b, q0 + q, num_queries, num_keys);
+      scale_visible(row, num_keys, keys, scale);
+      masked_softmax_row<Scalar>(row, num_keys, keys, mask.fully_masked());
     }
     return;
   }
   for (Index q = 0; q < rows; ++q) {
     Scalar* row = scores + q * num_keys;
-    if (scale != Scalar(1)) scale_row(row, num_keys, scale, row);
-    if (!mask_scores_row(row, num_keys, mask.visible_keys(b, q0 + q, num_queries, num_keys), mask.fully_masked())) {
+    const VisibleKeys keys = mask.visible_keys(b, q0 + q, num_queries, num_keys);
+    scale_visible(row, num_keys, keys, scale);
+    if (!mask_scores_row(row, num_keys, keys, mask.fully_masked())) {
       std::fill(row, row + num_keys, -std::numeric_limits<Scalar>::infinity());
       continue;
     }
