@@ -166,8 +166,6 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
                          scores.data(), scores.outerStride());
     } else {  // Q_h K_g^T, scaled by the softmax's first pass over each row, as d2l's bmm(Q, K^T) / sqrt(d)
       // Only the scores of keys some row sees, from a whole packet on (K^T's rows are padded to whole packets); the
-      // others are the masked score, which the softmax would write over them.
-      // Only the scores of keys some row sees, from a whole packet on (K^T's rows are padded to whole packets); the
       // softmax writes the masked score over the others before it reads a row.
       const BlockKeys block = block_keys(mask, b, q0, rows, num_queries, num_keys);
       const Index first = std::min(block.first, block.last) / row_packet_size<Scalar> * row_packet_size<Scalar>;
