@@ -564,6 +564,23 @@ TEMPLATE_TEST_CASE("masks handle empty shapes", "[mask]", float, double) {
   attend::DotProductAttention<TestType> dot(TestType(0));
   const Tensor3<TestType> output = dot(queries, keys, values, mask);  // no keys: a zero output, as with no mask
   for (Index i = 0; i < output.size(); ++i) CHECK(output.data()[i] == TestType(0));
+  // No queries but keys: an empty output of shape (batch, 0, value_dim) under every mask kind, from both scorings
+  // (the empty block of rows sees no key; nothing may be read or offset from its null data).
+  Tensor3<TestType> no_queries(2, 0, 4), some_keys(2, 3, 4), some_values(2, 3, 2);
+  some_keys.setRandom();
+  some_values.setRandom();
+  attend::AdditiveAttention<TestType> additive(4, 4, 5, TestType(0));
+  additive.eval();
+  const Mask masks[] = {Mask(), Mask(ValidLens{1, 2}), Mask::causal(),
+                        Mask::keep(Tensor3<bool>(2, 0, 3)).when_fully_masked(FullyMasked::zero)};
+  for (const Mask& each : masks) {
+    for (const Tensor3<TestType>& output_of :
+         {dot(no_queries, some_keys, some_values, each), additive(no_queries, some_keys, some_values, each)}) {
+      CHECK(output_of.dimension(0) == 2);
+      CHECK(output_of.dimension(1) == 0);
+      CHECK(output_of.dimension(2) == 2);
+    }
+  }
 }
 
 // ---- bad input --------------------------------------------------------------------------------------------------

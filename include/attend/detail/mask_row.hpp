@@ -27,8 +27,8 @@ bool mask_scores_row(Scalar* row, Index num_keys, const VisibleKeys& keys, Fully
   return !keys.none() || rule != FullyMasked::zero;
 }
 
-// The keys a block of query rows sees together: [first, last), the union of the rows' visible ranges (first =
-// num_keys, last = 0 when none sees a key); and whether some row sees none under FullyMasked::uniform, whose weights
+// The keys a block of query rows sees together: [first, last), the union of the rows' visible ranges ([0, 0) when
+// none sees a key, so that first is an offset into any block, an empty one included); and whether some row sees none under FullyMasked::uniform, whose weights
 // 1 / num_keys reach every key. A product over a block's keys can be cut to these: a key outside them has weight 0 (its
 // score replaced before the softmax) and a softmax gradient of 0 in every row of the block, so its terms add nothing.
 struct BlockKeys {
@@ -52,12 +52,13 @@ BlockKeys block_keys(Index rows, Index num_keys, FullyMasked rule, Visible&& vis
       block.last = std::max(block.last, std::min(keys.last, num_keys));
     }
   }
+  if (block.first >= block.last) block.first = block.last = 0;
   return block;
 }
 
 // Rows q0 .. q0 + rows - 1 of batch row b of the mask.
 inline BlockKeys block_keys(const Mask& mask, Index b, Index q0, Index rows, Index num_queries, Index num_keys) {
-  if (mask.empty()) return {rows > 0 ? Index(0) : num_keys, rows > 0 ? num_keys : Index(0), false};
+  if (mask.empty()) return {0, rows > 0 ? num_keys : Index(0), false};
   return block_keys(rows, num_keys, mask.fully_masked(),
                     [&](Index i) { return mask.visible_keys(b, q0 + i, num_queries, num_keys); });
 }

@@ -97,19 +97,11 @@ void flash_attention_block(const Heads<const Scalar>& Q, const HeadKeys<Scalar>&
   const auto& V = keys.V;  // (num_keys, dv)
   auto out = output.head(b, h).middleRows(q0, br);  // (br, dv)
 
-  // The keys each row sees; the block's key loop covers the union of their ranges.
-  Index block_first = num_keys, block_last = 0;
-  bool any_fully_masked = false;
-  for (Index i = 0; i < br; ++i) {
-    const VisibleKeys keys = mask.visible_keys(b, q0 + i, num_queries, num_keys);
-    ws.keys[static_cast<std::size_t>(i)] = keys;
-    if (keys.none()) {
-      any_fully_masked = true;
-    } else {
-      block_first = std::min(block_first, keys.first);
-      block_last = std::max(block_last, keys.last);
-    }
-  }
+  // The keys each row sees, kept for the value loop and the last pass; the key loop covers the union of their ranges.
+  const BlockKeys block = block_keys(br, num_keys, mask.fully_masked(), [&](Index i) {
+    return ws.keys[static_cast<std::size_t>(i)] = mask.visible_keys(b, q0 + i, num_queries, num_keys);
+  });
+  const Index block_first = block.first, block_last = block.last;
 
   auto Qs = ws.Qs.topRows(br);  // (br, d)
   auto O = ws.O.topRows(br);    // (br, dv)
@@ -154,7 +146,7 @@ void flash_attention_block(const Heads<const Scalar>& Q, const HeadKeys<Scalar>&
 
   // The head's mean value row, only when some row needs FullyMasked::uniform.
   const bool uniform = mask.fully_masked() == FullyMasked::uniform && num_keys > 0;
-  if (any_fully_masked && uniform) ws.mean.transpose() = V.colwise().sum() / static_cast<Scalar>(num_keys);
+  if (block.uniform_row && uniform) ws.mean.transpose() = V.colwise().sum() / static_cast<Scalar>(num_keys);
   for (Index i = 0; i < br; ++i) {
     if (!ws.keys[static_cast<std::size_t>(i)].none()) {
       divide_row(O.data() + i * O.outerStride(), dv, ws.l(i), out.data() + i * out.outerStride());
