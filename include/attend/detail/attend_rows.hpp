@@ -63,10 +63,10 @@ void weights_times_values(const Eigen::MatrixBase<Weights>& weights, const Mask&
   if (mask.empty() || (values_finite != nullptr ? *values_finite : all_finite(values))) {
     // over the keys the rows' weights reach (detail/mask_row.hpp)
     const BlockKeys block = block_keys(mask, b, q0, rows, num_queries, num_keys);
-    const Index first = block.weighted_first(), last = std::max(first, block.weighted_last(num_keys));
-    const auto* v_first = last > first ? v.data() + first * v.outerStride() : nullptr;  // none read without keys
-    kernel.rows_times_matrix(false, w.data() + first, w.outerStride(), rows, last - first, v_first, v.outerStride(),
-                             dv, false, nullptr, out.data(), out.outerStride());
+    const Index first = block.weighted_first(), last = block.weighted_last(num_keys);
+    kernel.rows_times_matrix(false, w.data() + first, w.outerStride(), rows, last - first,
+                             v.data() + first * v.outerStride(), v.outerStride(), dv, false, nullptr, out.data(),
+                             out.outerStride());
     return;
   }
   for (Index i = 0; i < rows; ++i) {
@@ -168,11 +168,10 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
       // Only the scores of keys some row sees, from a whole packet on (K^T's rows are padded to whole packets); the
       // softmax writes the masked score over the others before it reads a row.
       const BlockKeys block = block_keys(mask, b, q0, rows, num_queries, num_keys);
-      const Index first = std::min(block.first, block.last) / row_packet_size<Scalar> * row_packet_size<Scalar>;
-      const Index last = std::max(first, block.last);
+      const Index first = rounded_down_to_packets<Scalar>(block.first);
       kernel.rows_times_matrix(false, Qh.data(), Qh.outerStride(), rows, d,
-                               transposed_keys.data() + kv_pair * d * padded_keys + first, padded_keys, last - first,
-                               true, nullptr, scores.data() + first, scores.outerStride());
+                               transposed_keys.data() + kv_pair * d * padded_keys + first, padded_keys,
+                               block.last - first, true, nullptr, scores.data() + first, scores.outerStride());
     }
     kernel.masked_softmax_block(scores.data(), rows, num_keys, scores.outerStride(), mask, b, q0, num_queries,
                                 tiny ? Scalar(1) : scale);

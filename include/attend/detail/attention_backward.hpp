@@ -101,8 +101,7 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
     Scalar* A = s.A.data() + q0 * num_keys;                                   // (rows, keys)
     const auto seen = [&](Index i) { return s.rows[static_cast<std::size_t>(q0 + i)]; };
     const BlockKeys block = block_keys(rows, num_keys, mask.fully_masked(), seen);
-    const Index first = std::min(block.first, block.last) / row_packet_size<Scalar> * row_packet_size<Scalar>;
-    const Index last = std::max(first, block.last);
+    const Index first = rounded_down_to_packets<Scalar>(block.first), last = block.last;
     kernel.rows_times_matrix(false, dOh.data(), dOh.outerStride(), rows, dv, s.VT.data() + first, s.VT.outerStride(),
                              last - first, true, nullptr, A + first, num_keys);
     for (Index i = 0; i < rows; ++i) {
@@ -111,9 +110,8 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
       kernel.softmax_backward_row(P + i * num_keys, row, row, num_keys, s.rows[static_cast<std::size_t>(q0 + i)],
                                   scale);
     }
-    const Scalar* K_first = last > first ? Kg.data() + first * Kg.outerStride() : nullptr;  // none read without keys
-    kernel.rows_times_matrix(false, A + first, num_keys, rows, last - first, K_first, Kg.outerStride(), d, false,
-                             nullptr, dQh.data(), dQh.outerStride());
+    kernel.rows_times_matrix(false, A + first, num_keys, rows, last - first, Kg.data() + first * Kg.outerStride(),
+                             Kg.outerStride(), d, false, nullptr, dQh.data(), dQh.outerStride());
   };
   // Keys [k0, k0 + keys) of key/value head g of batch row b, from query head h: dV_g += P~^T dO_h, dK_g += (scale dS)^T
   // Q_h, with P~ (queries, keys) read in place (the weights themselves without dropout) and scale dS in A; over the

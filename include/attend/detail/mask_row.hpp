@@ -28,9 +28,10 @@ bool mask_scores_row(Scalar* row, Index num_keys, const VisibleKeys& keys, Fully
 }
 
 // The keys a block of query rows sees together: [first, last), the union of the rows' visible ranges ([0, 0) when
-// none sees a key, so that first is an offset into any block, an empty one included); and whether some row sees none under FullyMasked::uniform, whose weights
-// 1 / num_keys reach every key. A product over a block's keys can be cut to these: a key outside them has weight 0 (its
-// score replaced before the softmax) and a softmax gradient of 0 in every row of the block, so its terms add nothing.
+// none sees a key, so that first <= last always and first is an offset into any block, an empty one included); and
+// whether some row sees none under FullyMasked::uniform, whose weights 1 / num_keys reach every key. A product over a
+// block's keys can be cut to these: a key outside them has weight 0 (its score replaced before the softmax) and a
+// softmax gradient of 0 in every row of the block, so its terms add nothing.
 struct BlockKeys {
   Index first, last;
   bool uniform_row;
