@@ -260,10 +260,10 @@ TEST_CASE("AdditiveAttention::backward agrees with finite differences, with drop
 // block, so that every key block is dealt to a group and groups add partial dQ.
 TEMPLATE_TEST_CASE("the tiled backward gives the direct path's gradients over many blocks, with dropout",
                    "[gradients][multi_head][flash]", float, double) {
-  const Index n = 300;
+  const Index n = 600;
   Tensor3<bool> keep(1, n, n);
   for (Index i = 0; i < keep.size(); ++i) keep.data()[i] = (i * 7919) % 5 != 0;
-  const Mask masks[] = {Mask::causal(), Mask(ValidLens{250, 0}) && Mask::keep(keep), Mask{}};
+  const Mask masks[] = {Mask::causal(), Mask(ValidLens{500, 0}) && Mask::keep(keep), Mask{}};
   const Tensor3<TestType> X = random_tensor<TestType>(2, n, 16, 221), dY = random_tensor<TestType>(2, n, 16, 222);
   for (const Mask& mask : masks) {
     AttentionGradients<TestType> g[2];

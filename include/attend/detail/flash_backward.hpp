@@ -17,7 +17,8 @@
 // tuning::backward_items), one item per (key/value head, group). An item owns the dK and dV rows of its key
 // blocks, adding its query heads' contributions in order, and adds into its group's own partial dQ; the partials are
 // summed in group order at the end. So every bit is fixed by the shape, whatever the number of threads, with no
-// atomics. Extra memory: G - 1 partial dQ (group 0 adds into dQ), D, and each thread's tiles: O(n), not O(n^2).
+// atomics. Extra memory: G - 1 partial dQ (group 0 adds into dQ), Q / sqrt(d), D, and each thread's tiles: O(n), not
+// O(n^2).
 // A key block enters an item's loop only for the query blocks that see one of its keys.
 #pragma once
 
@@ -46,7 +47,6 @@ struct FlashBackwardScratch {
     KT.resize(d * padded_to_packets<Scalar>(bc));
     VT.resize(dv * padded_to_packets<Scalar>(bc));
     K.resize(bc * padded_to_packets<Scalar>(d));
-    Qs.resize(br, d);
     P.resize(br, bc);
     dropped.resize(br, bc);
     dP.resize(br, bc);
@@ -57,7 +57,6 @@ struct FlashBackwardScratch {
   // The key block's K^T (d, bc), V^T (dv, bc) and K (bc, d), each packed once for the products of every query block
   // (Kernels::pack_panel)
   PacketBuffer<Scalar> KT, VT, K;
-  PacketMatrix<Scalar> Qs;        // (br, d): the query block over sqrt(d)
   PacketMatrix<Scalar> P;         // (br, bc): the weights
   PacketMatrix<Scalar> dropped;   // (br, bc): P * F
   PacketMatrix<Scalar> dP;        // (br, bc): dP, then dS
@@ -71,6 +70,7 @@ template <class Scalar>
 struct FlashBackwardBuffers {
   std::vector<FlashBackwardScratch<Scalar>> threads;  // one per thread
   Vector<Scalar> D;                                   // (pairs * queries): dO_i . O_i
+  PacketMatrix<Scalar> Qs;                            // (pairs * queries, d): Q / sqrt(d), pair by pair
 };
 
 // The gradients of flash_attention_heads' inputs, written into dQ, dK, dV (views of the shapes of Q, K, V):
@@ -105,12 +105,14 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
   const Scalar scale = Scalar(1) / std::sqrt(static_cast<Scalar>(d));
   const bool uniform = mask.fully_masked() == FullyMasked::uniform;
 
-  // D_i = dO_i . O_i, pair by pair.
+  // D_i = dO_i . O_i and Qs = Q / sqrt(d), pair by pair: each read by every key block.
   Vector<Scalar>& D = buffers.D;  // (pairs * queries)
   D.resize(pairs * num_queries);
+  buffers.Qs.resize(pairs * num_queries, d);
   for (Index pair = 0; pair < pairs; ++pair) {
-    const auto dOh = dO.head(pair / num_heads, pair % num_heads), Oh = O.head(pair / num_heads, pair % num_heads);
-    D.segment(pair * num_queries, num_queries) = (dOh.array() * Oh.array()).rowwise().sum();
+    const Index b = pair / num_heads, h = pair % num_heads;
+    D.segment(pair * num_queries, num_queries) = (dO.head(b, h).array() * O.head(b, h).array()).rowwise().sum();
+    buffers.Qs.view().middleRows(pair * num_queries, num_queries).noalias() = scale * Q.head(b, h);
   }
   // Partial dQ of group s for pair p: rows (s * pairs + p) * num_queries .., not yet scaled.
   // Group 0 adds into dQ itself, group s > 0 into rows ((s - 1) * pairs + pair) * num_queries .. of partial_dQ; both
@@ -148,10 +150,8 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
             any = any || (keys.none() ? uniform : keys.first < k0 + kc && keys.last > k0);
           }
           if (!any) continue;
-          const auto Qb = Q.head(b, h).middleRows(q0, rows);    // (rows, d)
-          const auto dOb = dO.head(b, h).middleRows(q0, rows);  // (rows, dv)
-          auto Qs = s.Qs.topRows(rows);
-          Qs.noalias() = scale * Qb;
+          const auto Qs = buffers.Qs.view().middleRows(pair * num_queries + q0, rows);  // (rows, d)
+          const auto dOb = dO.head(b, h).middleRows(q0, rows);                         // (rows, dv)
           auto P = s.P.topLeftCorner(rows, kc);
           kernel.packed_times_matrix(false, Qs.data(), Qs.outerStride(), rows, d, kc, s.KT.data(), d, kc, nullptr,
                                      P.data(), P.outerStride());

@@ -27,11 +27,13 @@ template <class Scalar>
 constexpr Eigen::Index flash_key_rows = sizeof(Scalar) <= 4 ? 256 : 128;
 
 // The tiled backward pass's tile (detail/flash_backward.hpp): it keeps three (Br, Bc) tiles (P, its dropped copy, and
-// dP) and the K^T, V^T blocks, about 210 KiB in float at heads of 64, inside L2.
+// dP) and the key block's K^T, V^T and K packed, 384 KiB in float at heads of 64 (192 KiB in double), inside L2. Bc
+// is the inner dimension of dQ's product, and each query block is read once per key block: the wider, the fewer
+// passes (docs/PERFORMANCE.md, "Training", compares 128 and 256).
 template <class Scalar>
 constexpr Eigen::Index flash_backward_query_rows = 64;
 template <class Scalar>
-constexpr Eigen::Index flash_backward_key_rows = sizeof(Scalar) <= 4 ? 128 : 64;
+constexpr Eigen::Index flash_backward_key_rows = sizeof(Scalar) <= 4 ? 256 : 64;
 // Work items the backward passes make at least, when the shape allows, so that two to eight threads have work when
 // batch * heads is small: the tiled backward splits each key/value head's key blocks into enough groups (each adding
 // its own partial dQ, summed in a fixed order at the end); the direct one, with fewer key/value heads than this, takes
