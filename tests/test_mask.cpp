@@ -284,6 +284,21 @@ TEST_CASE("visible_keys describes exactly the keys of visible_prefix and keep_ro
         for (Index j : expected)
           if (j >= 2 && j < 6) expected_middle.push_back(j);
         CHECK(middle == expected_middle);
+        // The range's part inside a block of keys, counted from its first key, as the tiled path cuts a row to it.
+        for (const Index k0 : {Index(0), Index(2), Index(5), Index(9)})
+          for (const Index n : {Index(0), Index(1), Index(4)}) {
+            CAPTURE(k0, n);
+            const attend::VisibleKeys::Span span = keys.within(k0, n);
+            const Index lo = expected.empty() ? 0 : std::max(expected.front(), k0);
+            const Index hi = expected.empty() ? 0 : std::min(expected.back() + 1, k0 + n);
+            CHECK((0 <= span.lo && span.lo <= span.hi && span.hi <= n));
+            CHECK(keys.overlaps(k0, n) == (lo < hi));
+            if (lo < hi) {
+              CHECK((span.lo == lo - k0 && span.hi == hi - k0));
+            } else {
+              CHECK(span.lo == span.hi);
+            }
+          }
       }
 }
 

@@ -71,6 +71,21 @@ struct VisibleKeys {
   bool is_range() const { return keep == nullptr; }
   bool sees(Index j) const { return j >= first && j < last && (keep == nullptr || keep[j]); }
 
+  // The part of the range inside the block of keys [k0, k0 + n), counted from k0: [lo, hi) with 0 <= lo <= hi <= n,
+  // empty when the range is, or misses the block.
+  struct Span {
+    Index lo, hi;
+  };
+  Span within(Index k0, Index n) const {
+    const Index lo = std::clamp(first - k0, Index(0), n);
+    return {lo, std::clamp(last - k0, lo, n)};
+  }
+  // Whether the range overlaps the block of keys [k0, k0 + n) (a key of the overlap may still be a hole).
+  bool overlaps(Index k0, Index n) const {
+    const Span span = within(k0, n);
+    return span.lo < span.hi;
+  }
+
   // visit(j) for every visible key j in [lo, hi) (clipped to the range), in increasing order.
   template <class Visit>
   void for_each(Index lo, Index hi, Visit&& visit) const {

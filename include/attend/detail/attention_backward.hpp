@@ -122,7 +122,7 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
     Index q0 = num_queries, q1 = 0;
     for (Index q = 0; q < num_queries; ++q) {
       const VisibleKeys& seen = s.rows[static_cast<std::size_t>(q)];
-      if (seen.none() ? uniform : seen.first < k0 + keys && seen.last > k0) {
+      if (seen.none() ? uniform : seen.overlaps(k0, keys)) {
         q0 = std::min(q0, q);
         q1 = q + 1;
       }

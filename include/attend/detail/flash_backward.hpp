@@ -147,7 +147,7 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
           for (Index i = 0; i < rows; ++i) {
             const VisibleKeys keys = mask.visible_keys(b, q0 + i, num_queries, num_keys);
             s.keys[static_cast<std::size_t>(i)] = keys;
-            any = any || (keys.none() ? uniform : keys.first < k0 + kc && keys.last > k0);
+            any = any || (keys.none() ? uniform : keys.overlaps(k0, kc));
           }
           if (!any) continue;
           const auto Qs = buffers.Qs.view().middleRows(pair * num_queries + q0, rows);  // (rows, d)
@@ -162,7 +162,7 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
               std::fill(row, row + kc, uniform ? Scalar(1) / static_cast<Scalar>(num_keys) : Scalar(0));
               continue;
             }
-            const Index lo = std::clamp(keys.first - k0, Index(0), kc), hi = std::clamp(keys.last - k0, Index(0), kc);
+            const auto [lo, hi] = keys.within(k0, kc);
             kernel.exp_shifted(row + lo, hi - lo, lse(pair * num_queries + q0 + i));
             std::fill(row, row + lo, Scalar(0));
             std::fill(row + hi, row + kc, Scalar(0));

@@ -18,9 +18,9 @@ namespace detail {
 // be 0). row: (num_keys); keys: from Mask::visible_keys, its range within [0, num_keys].
 template <class Scalar>
 bool mask_scores_row(Scalar* row, Index num_keys, const VisibleKeys& keys, FullyMasked rule) {
-  const Index first = std::min(keys.first, num_keys), last = std::min(keys.last, num_keys);
+  const auto [first, last] = keys.within(0, num_keys);
   std::fill(row, row + first, masked_score<Scalar>());
-  std::fill(row + std::max(first, last), row + num_keys, masked_score<Scalar>());
+  std::fill(row + last, row + num_keys, masked_score<Scalar>());
   if (!keys.is_range())
     for (Index j = first; j < last; ++j)
       if (!keys.keep[j]) row[j] = masked_score<Scalar>();
@@ -49,8 +49,9 @@ BlockKeys block_keys(Index rows, Index num_keys, FullyMasked rule, Visible&& vis
     if (keys.none()) {
       block.uniform_row = block.uniform_row || rule == FullyMasked::uniform;
     } else {
-      block.first = std::min(block.first, keys.first);
-      block.last = std::max(block.last, std::min(keys.last, num_keys));
+      const auto [lo, hi] = keys.within(0, num_keys);
+      block.first = std::min(block.first, lo);
+      block.last = std::max(block.last, hi);
     }
   }
   if (block.first >= block.last) block.first = block.last = 0;

@@ -19,7 +19,7 @@ void online_softmax_step(FlashWorkspace<Scalar>& ws, Index br, Index bc, Index k
   bool all_whole = true;                 // every row sees every key of the block
   for (Index i = 0; i < br; ++i) {
     const VisibleKeys& keys = ws.keys[static_cast<std::size_t>(i)];
-    const Index lo = std::clamp(keys.first - k0, Index(0), bc), hi = std::clamp(keys.last - k0, Index(0), bc);
+    const auto [lo, hi] = keys.within(k0, bc);
     all_whole = all_whole && lo == 0 && hi == bc && keys.is_range();
     Scalar* row = scores + i * ld;  // (bc)
     t[i] = Scalar(0);               // a = 1 unless the maximum grows
@@ -69,7 +69,7 @@ void online_softmax_step(FlashWorkspace<Scalar>& ws, Index br, Index bc, Index k
   } else {
     for (Index i = 0; i < br; ++i) {
       const VisibleKeys& keys = ws.keys[static_cast<std::size_t>(i)];
-      const Index lo = std::clamp(keys.first - k0, Index(0), bc), hi = std::clamp(keys.last - k0, Index(0), bc);
+      const auto [lo, hi] = keys.within(k0, bc);
       Scalar* row = scores + i * ld;
       sum[i] = exp_shifted(row + lo, hi - lo, ws.shift(i));  // lo <= hi
       for (Index j = 0; j < lo; ++j) row[j] = Scalar(0);

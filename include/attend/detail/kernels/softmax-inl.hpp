@@ -121,7 +121,7 @@ void softmax_backward_row(const Scalar* y, const Scalar* dy, Scalar* dx, Index n
                           Scalar scale) {
   using S = Simd<Scalar>;
   constexpr Index size = S::size;
-  const Index first = std::min(keys.first, num_keys), last = std::max(first, std::min(keys.last, num_keys));
+  const auto [first, last] = keys.within(0, num_keys);
   if (!keys.is_range()) {
     Scalar s = Scalar(0);
     keys.for_each(first, last, [&](Index k) { s += y[k] * dy[k]; });
@@ -167,7 +167,7 @@ void masked_softmax_row(Scalar* row, Index num_keys, const VisibleKeys& keys, Fu
 // so they need not hold a number).
 template <class Scalar>
 void scale_visible(Scalar* row, Index num_keys, const VisibleKeys& keys, Scalar scale) {
-  const Index first = std::min(keys.first, num_keys), last = std::max(first, std::min(keys.last, num_keys));
+  const auto [first, last] = keys.within(0, num_keys);
   if (scale != Scalar(1)) scale_row(row + first, last - first, scale, row + first);
 }
 
