@@ -384,17 +384,21 @@ TEMPLATE_TEST_CASE("strided_times_matrix gives X B + bias, or adds it, reading B
 TEMPLATE_TEST_CASE("packed_times_matrix over part of a panel pack_panel packed gives the bits of rows_times_matrix",
                    "[transposed_weight]", float, double) {
   // A panel packed `depth` steps deep and `stored` columns wide (B stored by rows, or by columns as W^T read from W),
-  // read over its first steps and columns, as the tiled kernel reads a last key block cut short; rows around the row
-  // blocks, columns around the micro-panels (16 to 64 lanes) and past a panel's width (tuning::product_panel_width).
+  // read over some of its steps from `first` on and its columns from c0 on (0, or the first micro-panel past the
+  // level's packed_width), as the tiled kernel reads a last key block cut short and the direct path the keys a block
+  // of rows sees; rows around the row blocks, columns around the micro-panels (16 to 64 lanes) and past a panel's
+  // width (tuning::product_panel_width); X as stored, or as A^T read from A.
   const Index rows = GENERATE(1, 5, 6, 13, 70);
   const Index depth = GENERATE(1, 9, 300);
   const Index stored = GENERATE(3, 16, 33, 130, 200);
   const bool all_steps = GENERATE(true, false), all_columns = GENERATE(true, false);
-  const Index steps = all_steps ? depth : depth - depth / 3, columns = all_columns ? stored : stored - stored / 3;
-  const bool by_rows = GENERATE(true, false);
-  const bool accumulate = GENERATE(true, false);
-  CAPTURE(rows, depth, stored, steps, columns, by_rows, accumulate);
+  const bool by_rows = GENERATE(true, false), accumulate = GENERATE(true, false);
+  const bool transposed = GENERATE(false, true), past_a_micro_panel = GENERATE(false, true);
   const attend::detail::Kernels<TestType>& kernel = attend::detail::kernels<TestType>();
+  const Index c0 = past_a_micro_panel && stored > kernel.packed_width ? kernel.packed_width : 0;
+  const Index first = all_steps ? 0 : depth / 3, steps = all_steps ? depth : depth - depth / 3 - depth / 4;
+  const Index columns = all_columns ? stored - c0 : stored - c0 - (stored - c0) / 3;
+  CAPTURE(rows, depth, stored, first, steps, c0, columns, by_rows, accumulate, transposed);
   const Matrix<TestType> B = random_matrix<TestType>(depth, stored, 41);  // (depth, stored)
   const Matrix<TestType> Bt = B.transpose();                               // (stored, depth): B by columns
   attend::detail::PacketBuffer<TestType> packed;
@@ -404,13 +408,16 @@ TEMPLATE_TEST_CASE("packed_times_matrix over part of a panel pack_panel packed g
   } else {
     kernel.pack_panel(Bt.data(), 1, depth, depth, stored, packed.data());
   }
-  const Matrix<TestType> X = random_matrix<TestType>(rows, steps + 2, 42);          // (rows, steps + 2)
-  const Matrix<TestType> Y0 = random_matrix<TestType>(rows, columns, 43);           // (rows, columns)
+  const Matrix<TestType> X = random_matrix<TestType>(rows, steps + 2, 42);  // (rows, steps + 2)
+  Matrix<TestType> A = Matrix<TestType>::Zero(steps, rows + 3);             // (steps, rows + 3): X^T, and 3 more
+  A.leftCols(rows) = X.leftCols(steps).transpose();
+  const Matrix<TestType> Y0 = random_matrix<TestType>(rows, columns, 43);             // (rows, columns)
   const Vector<TestType> bias = random_matrix<TestType>(1, columns, 44).transpose();  // (columns)
-  const Matrix<TestType> part = B.topLeftCorner(steps, columns);                     // (steps, columns)
-  Matrix<TestType> Y = Y0, copied = Y0;                                              // (rows, columns)
-  kernel.packed_times_matrix(accumulate, X.data(), steps + 2, rows, steps, columns, packed.data(), depth, stored,
-                             bias.data(), Y.data(), columns);
+  const Matrix<TestType> part = B.block(first, c0, steps, columns);                   // (steps, columns)
+  Matrix<TestType> Y = Y0, copied = Y0;                                               // (rows, columns)
+  kernel.packed_times_matrix(accumulate, transposed, transposed ? A.data() : X.data(),
+                             transposed ? rows + 3 : steps + 2, rows, first, steps, columns, packed.data() + c0 * depth,
+                             depth, stored - c0, bias.data(), Y.data(), columns);
   kernel.rows_times_matrix(accumulate, X.data(), steps + 2, rows, steps, part.data(), columns, columns, false,
                            bias.data(), copied.data(), columns);
   Matrix<double> expected =

@@ -114,8 +114,8 @@ class RNN : public Module, public detail::WithParameters<RNN<Scalar>, Scalar> {
     for (Index t = 0; t < steps; ++t) {
       Scalar* h = H.data() + t * hidden;  // (batch, hidden), rows ld apart: x_t W_ih^T + b_ih + b_hh, then h_t
       if (t > 0)
-        kernel.packed_times_matrix(true, h - hidden, ld, batch, hidden, hidden, recurrent.data(), hidden, hidden,
-                                   nullptr, h, ld);
+        kernel.packed_times_matrix(true, false, h - hidden, ld, batch, 0, hidden, hidden, recurrent.data(), hidden,
+                                   hidden, nullptr, h, ld);
       rows.middleCols(t * hidden, hidden).array() = rows.middleCols(t * hidden, hidden).array().tanh();
     }
     return H;

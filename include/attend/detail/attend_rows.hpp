@@ -16,6 +16,7 @@
 #include <attend/detail/attention_dropout.hpp>
 #include <attend/detail/heads.hpp>
 #include <attend/detail/kernels.hpp>
+#include <attend/detail/packet_buffer.hpp>
 #include <attend/detail/tuning.hpp>
 #include <attend/mask.hpp>
 #include <attend/masked_softmax.hpp>
@@ -48,11 +49,14 @@ namespace detail {
 // row, d2l's result; zero: 0). weights: (rows, keys), rows q0 .. q0 + rows - 1 of the batch row's num_queries
 // (all of them by default); values: (keys, value_dim); output: (rows, value_dim), all row-major with contiguous rows.
 // values_finite: whether every value is finite, when the caller knows (it checks once for many blocks of rows).
+// packed_values: the values as pack_panel packed them (keys, value_dim), for the whole product, when the caller packed
+// them once for many blocks of rows; null: they are read as they are.
 template <class Weights, class Values, class Output>
 void weights_times_values(const Eigen::MatrixBase<Weights>& weights, const Mask& mask, Index b,
                           const Eigen::MatrixBase<Values>& values, Eigen::MatrixBase<Output>& output,
                           const Kernels<typename Weights::Scalar>& kernel, Index q0 = 0, Index num_queries = -1,
-                          const bool* values_finite = nullptr) {
+                          const bool* values_finite = nullptr,
+                          const typename Weights::Scalar* packed_values = nullptr) {
   static_assert(Weights::IsRowMajor && Values::IsRowMajor && Output::IsRowMajor, "rows must be contiguous");
   const Weights& w = weights.derived();
   const Values& v = values.derived();
@@ -64,9 +68,14 @@ void weights_times_values(const Eigen::MatrixBase<Weights>& weights, const Mask&
     // over the keys the rows' weights reach (detail/mask_row.hpp)
     const BlockKeys block = block_keys(mask, b, q0, rows, num_queries, num_keys);
     const Index first = block.weighted_first(), last = block.weighted_last(num_keys);
-    kernel.rows_times_matrix(false, w.data() + first, w.outerStride(), rows, last - first,
-                             v.data() + first * v.outerStride(), v.outerStride(), dv, false, nullptr, out.data(),
-                             out.outerStride());
+    if (packed_values != nullptr) {
+      kernel.packed_times_matrix(false, false, w.data() + first, w.outerStride(), rows, first, last - first, dv,
+                                 packed_values, num_keys, dv, nullptr, out.data(), out.outerStride());
+    } else {
+      kernel.rows_times_matrix(false, w.data() + first, w.outerStride(), rows, last - first,
+                               v.data() + first * v.outerStride(), v.outerStride(), dv, false, nullptr, out.data(),
+                               out.outerStride());
+    }
     return;
   }
   for (Index i = 0; i < rows; ++i) {
@@ -129,28 +138,34 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
     return;
   }
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
-  // Heads above tuning::tiny_product: the scores on the row kernel, Q_h times K_g^T, from a copy of every K_g^T
-  // (d, keys padded to whole packets, the padding 0) made before the query blocks that read it; with dropout, the
-  // dropped weights of a block in a buffer of each thread. Allocated here: no allocation inside the parallel region.
+  // Heads above tuning::tiny_product: the scores on the row kernel, Q_h times K_g^T, K_g^T packed once (pack_panel)
+  // before the query blocks that read it; and V_g too when the blocks have tuning::packed_product_rows rows, the
+  // products that pack their right-hand operand. With dropout, the dropped weights of a block in a buffer of each
+  // thread. Allocated here: no allocation inside the parallel region.
   const bool tiny = num_queries * num_keys * d <= tuning::tiny_product;
-  const Index padded_keys = padded_to_packets<Scalar>(num_keys);
   const Index kv_pairs = batch * kv_heads;
-  Matrix<Scalar> transposed_keys;  // (kv_pairs * d, padded keys): K_g^T of key/value pair b * kv_heads + g
-  if (!tiny) transposed_keys.setZero(kv_pairs * d, padded_keys);
   const Index block_rows = std::min(tuning::direct_block_rows, num_queries);
   const Index blocks = (num_queries + block_rows - 1) / block_rows;
+  const bool pack_values = !tiny && block_rows >= tuning::packed_product_rows;
+  const Index keys_panel = d * padded_to_packets<Scalar>(num_keys);     // K_g^T packed: (d, keys)
+  const Index values_panel = num_keys * padded_to_packets<Scalar>(dv);  // V_g packed: (keys, dv)
+  PacketBuffer<Scalar> packed_keys, packed_values;  // a panel per key/value pair b * kv_heads + g
+  if (!tiny) packed_keys.resize(kv_pairs * keys_panel);
+  if (pack_values) packed_values.resize(kv_pairs * values_panel);
   std::vector<Matrix<Scalar>> dropped;  // (block rows, keys)
   if (dropout.active())
     dropped.assign(static_cast<std::size_t>(num_threads()), Matrix<Scalar>(block_rows, num_keys));
-  // Per key/value head, before its query blocks: K_g^T, and whether V_g is all finite (weights_times_values).
+  // Per key/value head, before its query blocks: K_g^T and V_g packed, and whether V_g is all finite
+  // (weights_times_values).
   const std::unique_ptr<bool[]> values_finite(new bool[static_cast<std::size_t>(kv_pairs)]);  // (kv_pairs)
   parallel_for(kv_pairs, static_cast<double>(kv_pairs * num_keys * (d + dv)), [&](Index kv_pair, int) {
     const Index b = kv_pair / kv_heads, g = kv_pair % kv_heads;
-    values_finite[static_cast<std::size_t>(kv_pair)] = mask.empty() || all_finite(V.head(b, g));
-    if (tiny) return;
-    const auto Kg = K.head(b, g);                                      // (keys, d)
-    Scalar* KT = transposed_keys.data() + kv_pair * d * padded_keys;  // (d, padded keys)
-    kernel.transpose_into(Kg.data(), Kg.outerStride(), num_keys, d, KT, padded_keys);
+    const auto Kg = K.head(b, g), Vg = V.head(b, g);  // (keys, d), (keys, dv)
+    values_finite[static_cast<std::size_t>(kv_pair)] = mask.empty() || all_finite(Vg);
+    if (!tiny)
+      kernel.pack_panel(Kg.data(), 1, Kg.outerStride(), d, num_keys, packed_keys.data() + kv_pair * keys_panel);
+    if (pack_values)
+      kernel.pack_panel(Vg.data(), Vg.outerStride(), 1, num_keys, dv, packed_values.data() + kv_pair * values_panel);
   });
   parallel_for(batch * num_heads * blocks, static_cast<double>(weights.size()) * static_cast<double>(d + dv),
                [&](Index item, int thread) {
@@ -165,24 +180,25 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
       kernel.tiny_scores(Qh.data(), Qh.outerStride(), Kh.data(), Kh.outerStride(), rows, num_keys, d, scale,
                          scores.data(), scores.outerStride());
     } else {  // Q_h K_g^T, scaled by the softmax's first pass over each row, as d2l's bmm(Q, K^T) / sqrt(d)
-      // Only the scores of keys some row sees, from a whole packet on (K^T's rows are padded to whole packets); the
+      // Only the scores of keys some row sees, from the micro-panel of K^T that holds the first of them on; the
       // softmax writes the masked score over the others before it reads a row.
       const BlockKeys block = block_keys(mask, b, q0, rows, num_queries, num_keys);
-      const Index first = rounded_down_to_packets<Scalar>(block.first);
-      kernel.rows_times_matrix(false, Qh.data(), Qh.outerStride(), rows, d,
-                               transposed_keys.data() + kv_pair * d * padded_keys + first, padded_keys,
-                               block.last - first, true, nullptr, scores.data() + first, scores.outerStride());
+      const Index first = block.first / kernel.packed_width * kernel.packed_width;
+      kernel.packed_times_matrix(false, false, Qh.data(), Qh.outerStride(), rows, 0, d, block.last - first,
+                                 packed_keys.data() + kv_pair * keys_panel + first * d, d, num_keys - first, nullptr,
+                                 scores.data() + first, scores.outerStride());
     }
     kernel.masked_softmax_block(scores.data(), rows, num_keys, scores.outerStride(), mask, b, q0, num_queries,
                                 tiny ? Scalar(1) : scale);
     const bool* finite = &values_finite[static_cast<std::size_t>(kv_pair)];
+    const Scalar* Vp = pack_values ? packed_values.data() + kv_pair * values_panel : nullptr;
     if (dropout.active()) {
       auto P = dropped[static_cast<std::size_t>(thread)].topRows(rows);  // (rows, keys); the kept weights stay
       P = scores;
       for (Index i = 0; i < rows; ++i) dropout.apply(P.data() + i * num_keys, num_keys, bh, q0 + i, Index(0));
-      weights_times_values(P, mask, b, Vh, out, kernel, q0, num_queries, finite);
+      weights_times_values(P, mask, b, Vh, out, kernel, q0, num_queries, finite, Vp);
     } else {
-      weights_times_values(scores, mask, b, Vh, out, kernel, q0, num_queries, finite);
+      weights_times_values(scores, mask, b, Vh, out, kernel, q0, num_queries, finite, Vp);
     }
   });
 }

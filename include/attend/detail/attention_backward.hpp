@@ -31,21 +31,26 @@ namespace attend {
 inline namespace ATTEND_ABI {
 namespace detail {
 
-// The direct path's backward buffers: a (queries, keys) tile and V_g^T, one per thread when each thread takes whole
-// key/value heads, or one shared by the threads when the heads go one at a time.
+// The direct path's backward buffers: a (queries, keys) tile and the right-hand operands of its products, each packed
+// once (pack_panel) for every block that reads it; one per thread when each thread takes whole key/value heads, or
+// one shared by the threads when the heads go one at a time.
 template <class Scalar>
 struct AttentionBackwardScratch {
-  // Sized for heads of (num_queries, num_keys) weights and values of dv, and P~ when `dropped`; the padding of VT is 0.
-  void resize(Index num_queries, Index num_keys, Index dv, bool dropped) {
+  // Sized for heads of (num_queries, num_keys) weights, queries and keys of d, values of dv, and P~ when `dropped`.
+  void resize(Index num_queries, Index num_keys, Index d, Index dv, bool dropped) {
     rows.resize(static_cast<std::size_t>(num_queries));
     A.resize(num_queries, num_keys);
     if (dropped) Pd.resize(num_queries, num_keys);
-    if (VT.rows() != dv || VT.cols() != padded_to_packets<Scalar>(num_keys))
-      VT = Matrix<Scalar>::Zero(dv, padded_to_packets<Scalar>(num_keys));
+    VT.resize(dv * padded_to_packets<Scalar>(num_keys));
+    K.resize(num_keys * padded_to_packets<Scalar>(d));
+    Q.resize(num_queries * padded_to_packets<Scalar>(d));
+    dO.resize(num_queries * padded_to_packets<Scalar>(dv));
   }
   PacketMatrix<Scalar> A;   // (queries, keys): dP, then scale dS
   PacketMatrix<Scalar> Pd;  // (queries, keys): P~, with dropout
-  Matrix<Scalar> VT;        // (dv, keys padded to whole packets): V_g^T, the padding 0
+  // Packed: V_g^T (dv, keys) and K_g (keys, d) of the key/value head; Q_h (queries, d) and dO_h (queries, dv) of the
+  // query head
+  PacketBuffer<Scalar> VT, K, Q, dO;
   std::vector<VisibleKeys> rows;  // (queries): the keys each query of the batch row sees
 };
 
@@ -84,38 +89,37 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel regions: it may throw
   const bool whole_heads = kv_pairs >= tuning::backward_items;
   scratch.resize(whole_heads ? static_cast<std::size_t>(num_threads()) : 1);
-  for (AttentionBackwardScratch<Scalar>& s : scratch) s.resize(num_queries, num_keys, dv, dropout.active());
+  for (AttentionBackwardScratch<Scalar>& s : scratch) s.resize(num_queries, num_keys, d, dv, dropout.active());
   const Index block = tuning::direct_block_rows;  // queries, or keys, a piece of work
   const double pair_work = static_cast<double>(num_queries) * static_cast<double>(num_keys) *
                            static_cast<double>(2 * d + 2 * dv);
 
   // Rows [q0, q0 + rows) of query head h (pair `pair`) of batch row b: dP = (dO V_g^T) * F, then scale dS row by row,
-  // into A's rows; dQ = scale dS K_g. VT: V_g^T. dP is formed only over the keys the rows see together (from a whole
-  // packet on; VT's rows are padded to whole packets): dS is 0 elsewhere, as softmax_backward_row writes it.
+  // into A's rows; dQ = scale dS K_g. dP is formed only over the keys the rows see together (from the micro-panel of
+  // V^T that holds the first of them on): dS is 0 elsewhere, as softmax_backward_row writes it.
   const auto query_rows = [&](AttentionBackwardScratch<Scalar>& s, Index b, Index h, Index pair, Index q0,
                               Index rows) {
-    const auto Kg = K.head(b, h / group);                                     // (keys, d)
     const auto dOh = dO.head(b, h).middleRows(q0, rows);                      // (rows, dv)
     auto dQh = dQ.head(b, h).middleRows(q0, rows);                            // (rows, d)
     const Scalar* P = weights.data() + (pair * num_queries + q0) * num_keys;  // (rows, keys)
     Scalar* A = s.A.data() + q0 * num_keys;                                   // (rows, keys)
     const auto seen = [&](Index i) { return s.rows[static_cast<std::size_t>(q0 + i)]; };
     const BlockKeys block = block_keys(rows, num_keys, mask.fully_masked(), seen);
-    const Index first = rounded_down_to_packets<Scalar>(block.first), last = block.last;
-    kernel.rows_times_matrix(false, dOh.data(), dOh.outerStride(), rows, dv, s.VT.data() + first, s.VT.outerStride(),
-                             last - first, true, nullptr, A + first, num_keys);
+    const Index first = block.first / kernel.packed_width * kernel.packed_width, last = block.last;
+    kernel.packed_times_matrix(false, false, dOh.data(), dOh.outerStride(), rows, 0, dv, last - first,
+                               s.VT.data() + first * dv, dv, num_keys - first, nullptr, A + first, num_keys);
     for (Index i = 0; i < rows; ++i) {
       Scalar* row = A + i * num_keys;  // (keys)
       dropout.apply(row + first, last - first, pair, q0 + i, first);
       kernel.softmax_backward_row(P + i * num_keys, row, row, num_keys, s.rows[static_cast<std::size_t>(q0 + i)],
                                   scale);
     }
-    kernel.rows_times_matrix(false, A + first, num_keys, rows, last - first, Kg.data() + first * Kg.outerStride(),
-                             Kg.outerStride(), d, false, nullptr, dQh.data(), dQh.outerStride());
+    kernel.packed_times_matrix(false, false, A + first, num_keys, rows, first, last - first, d, s.K.data(), num_keys,
+                               d, nullptr, dQh.data(), dQh.outerStride());
   };
   // Keys [k0, k0 + keys) of key/value head g of batch row b, from query head h: dV_g += P~^T dO_h, dK_g += (scale dS)^T
   // Q_h, with P~ (queries, keys) read in place (the weights themselves without dropout) and scale dS in A; over the
-  // queries whose weights reach these keys (every other row's terms are 0).
+  // queries whose weights reach these keys (every other row's terms are 0). dO_h and Q_h: packed in s.
   const auto key_rows = [&](const AttentionBackwardScratch<Scalar>& s, const Scalar* dropped, Index b, Index h,
                             Index k0, Index keys) {
     const bool uniform = mask.fully_masked() == FullyMasked::uniform;
@@ -128,23 +132,29 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
       }
     }
     if (q0 >= q1) return;
-    const auto Qh = Q.head(b, h).middleRows(q0, q1 - q0);    // (queries, d)
-    const auto dOh = dO.head(b, h).middleRows(q0, q1 - q0);  // (queries, dv)
-    auto dVg = dV.head(b, h / group).middleRows(k0, keys);   // (keys, dv)
-    auto dKg = dK.head(b, h / group).middleRows(k0, keys);   // (keys, d)
-    kernel.transposed_times_matrix(true, dropped + q0 * num_keys + k0, num_keys, keys, q1 - q0, dOh.data(),
-                                   dOh.outerStride(), dv, nullptr, dVg.data(), dVg.outerStride());
-    kernel.transposed_times_matrix(true, s.A.data() + q0 * num_keys + k0, num_keys, keys, q1 - q0, Qh.data(),
-                                   Qh.outerStride(), d, nullptr, dKg.data(), dKg.outerStride());
+    auto dVg = dV.head(b, h / group).middleRows(k0, keys);  // (keys, dv)
+    auto dKg = dK.head(b, h / group).middleRows(k0, keys);  // (keys, d)
+    kernel.packed_times_matrix(true, true, dropped + q0 * num_keys + k0, num_keys, keys, q0, q1 - q0, dv, s.dO.data(),
+                               num_queries, dv, nullptr, dVg.data(), dVg.outerStride());
+    kernel.packed_times_matrix(true, true, s.A.data() + q0 * num_keys + k0, num_keys, keys, q0, q1 - q0, d,
+                               s.Q.data(), num_queries, d, nullptr, dKg.data(), dKg.outerStride());
   };
-  // Key/value head g of batch row b begins: dK_g = dV_g = 0, V_g^T into s.VT, the keys each query sees into s.rows.
+  // Key/value head g of batch row b begins: dK_g = dV_g = 0, V_g^T and K_g packed into s, the keys each query sees
+  // into s.rows.
   const auto begin_head = [&](AttentionBackwardScratch<Scalar>& s, Index b, Index g) {
-    const auto Vg = V.head(b, g);  // (keys, dv)
+    const auto Kg = K.head(b, g), Vg = V.head(b, g);  // (keys, d), (keys, dv)
     dK.head(b, g).setZero();
     dV.head(b, g).setZero();
-    kernel.transpose_into(Vg.data(), Vg.outerStride(), num_keys, dv, s.VT.data(), s.VT.outerStride());
+    kernel.pack_panel(Vg.data(), 1, Vg.outerStride(), dv, num_keys, s.VT.data());
+    kernel.pack_panel(Kg.data(), Kg.outerStride(), 1, num_keys, d, s.K.data());
     for (Index q = 0; q < num_queries; ++q)
       s.rows[static_cast<std::size_t>(q)] = mask.visible_keys(b, q, num_queries, num_keys);
+  };
+  // Query head h of batch row b begins: Q_h and dO_h packed into s.
+  const auto begin_query_head = [&](AttentionBackwardScratch<Scalar>& s, Index b, Index h) {
+    const auto Qh = Q.head(b, h), dOh = dO.head(b, h);  // (queries, d), (queries, dv)
+    kernel.pack_panel(Qh.data(), Qh.outerStride(), 1, num_queries, d, s.Q.data());
+    kernel.pack_panel(dOh.data(), dOh.outerStride(), 1, num_queries, dv, s.dO.data());
   };
   // P~ of pair `pair`: the kept weights, or with dropout their copy into `into` with the dropped ones 0.
   const auto dropped_weights = [&](Index pair, PacketMatrix<Scalar>& into) -> const Scalar* {
@@ -163,6 +173,7 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
       for (Index h = g * group; h < (g + 1) * group; ++h) {
         const Index pair = b * num_heads + h;
         const Scalar* dropped = dropped_weights(pair, s.Pd);
+        begin_query_head(s, b, h);
         for (Index q0 = 0; q0 < num_queries; q0 += block)
           query_rows(s, b, h, pair, q0, std::min(block, num_queries - q0));
         for (Index k0 = 0; k0 < num_keys; k0 += block) key_rows(s, dropped, b, h, k0, std::min(block, num_keys - k0));
@@ -178,6 +189,7 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
     for (Index h = g * group; h < (g + 1) * group; ++h) {
       const Index pair = b * num_heads + h;
       const Scalar* dropped = dropped_weights(pair, s.Pd);
+      begin_query_head(s, b, h);
       parallel_for(query_blocks, pair_work, [&](Index qb, int) {
         query_rows(s, b, h, pair, qb * block, std::min(block, num_queries - qb * block));
       });

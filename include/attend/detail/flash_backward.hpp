@@ -153,8 +153,8 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
           const auto Qs = buffers.Qs.view().middleRows(pair * num_queries + q0, rows);  // (rows, d)
           const auto dOb = dO.head(b, h).middleRows(q0, rows);                         // (rows, dv)
           auto P = s.P.topLeftCorner(rows, kc);
-          kernel.packed_times_matrix(false, Qs.data(), Qs.outerStride(), rows, d, kc, s.KT.data(), d, kc, nullptr,
-                                     P.data(), P.outerStride());
+          kernel.packed_times_matrix(false, false, Qs.data(), Qs.outerStride(), rows, 0, d, kc, s.KT.data(), d, kc,
+                                     nullptr, P.data(), P.outerStride());
           for (Index i = 0; i < rows; ++i) {
             const VisibleKeys& keys = s.keys[static_cast<std::size_t>(i)];
             Scalar* row = P.data() + i * P.outerStride();  // (kc)
@@ -183,8 +183,8 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
                                          nullptr, dVb.data(), dVb.outerStride());
           // dP = (dO_blk V_blk^T) * F, then dS = P * (dP - D) on the visible keys
           auto dP = s.dP.topLeftCorner(rows, kc);
-          kernel.packed_times_matrix(false, dOb.data(), dOb.outerStride(), rows, dv, kc, s.VT.data(), dv, kc, nullptr,
-                                     dP.data(), dP.outerStride());
+          kernel.packed_times_matrix(false, false, dOb.data(), dOb.outerStride(), rows, 0, dv, kc, s.VT.data(), dv, kc,
+                                     nullptr, dP.data(), dP.outerStride());
           for (Index i = 0; i < rows; ++i) {
             const VisibleKeys& keys = s.keys[static_cast<std::size_t>(i)];
             Scalar* row = dP.data() + i * dP.outerStride();    // (kc)
@@ -202,8 +202,8 @@ void flash_attention_heads_backward(const Heads<const Scalar>& Q, const Heads<co
                                          nullptr, dKb.data(), dKb.outerStride());
           Scalar* dQ_rows = split == 0 ? dQ.at(b, h, q0)
                                        : partial_dQ.data() + (((split - 1) * pairs + pair) * num_queries + q0) * d;
-          kernel.packed_times_matrix(true, dP.data(), dP.outerStride(), rows, kc, d, s.K.data(), kc, d, nullptr,
-                                     dQ_rows, split == 0 ? dQ.row_stride : d);  // (rows, d)
+          kernel.packed_times_matrix(true, false, dP.data(), dP.outerStride(), rows, 0, kc, d, s.K.data(), kc, d,
+                                     nullptr, dQ_rows, split == 0 ? dQ.row_stride : d);  // (rows, d)
         }
       }
       dK.head(b, g).middleRows(k0, kc) = dKb;

@@ -108,11 +108,15 @@ struct Kernels {
   // packed (micro-panels of this level) = the (steps, columns) panel with entry (k, o) at
   // B[k * ldb + o * column_stride]: products-inl.hpp, pack_panel; at most steps * padded_to_packets(columns) elements
   void (*pack_panel)(const Scalar* B, Index ldb, Index column_stride, Index steps, Index columns, Scalar* packed);
-  // Y (rows, columns) (+)= X (rows, steps) B + bias, B the first steps and columns of a panel pack_panel packed
-  // (depth, stored): packed_times_matrix_entry
-  void (*packed_times_matrix)(bool accumulate, const Scalar* X, Index ldx, Index rows, Index steps, Index columns,
-                              const Scalar* packed, Index depth, Index stored, const Scalar* bias, Scalar* Y,
-                              Index ldy);
+  // Y (rows, columns) (+)= X (rows, steps) B + bias, X = A^T of A (steps, rows) when transposed; B the steps
+  // [first, first + steps) and the first columns of a panel pack_panel packed (depth, stored):
+  // packed_times_matrix_entry
+  void (*packed_times_matrix)(bool accumulate, bool transposed, const Scalar* X, Index ldx, Index rows, Index first,
+                              Index steps, Index columns, const Scalar* packed, Index depth, Index stored,
+                              const Scalar* bias, Scalar* Y, Index ldy);
+  // Columns of pack_panel's micro-panels: a packed panel's columns from a multiple c0 of it on are a panel of their
+  // own, at packed + c0 * depth
+  Index packed_width;
   // B (cols, rows) = A (rows, cols)^T
   void (*transpose_into)(const Scalar* A, Index lda, Index rows, Index cols, Scalar* B, Index ldb);
   Scalar (*row_max)(const Scalar* row, Index n);
@@ -137,17 +141,15 @@ struct Kernels {
                               Index count);
 };
 
-#define ATTEND_KERNELS_OF(level, few_rows)                                                                            \
-  Kernels<Scalar> {                                                                                                   \
-    Isa::level, level::Simd<Scalar>::size, &level::rows_times_matrix_entry<Scalar>,                                  \
-        &level::transposed_times_matrix_entry<Scalar>, &level::strided_times_matrix_entry<Scalar>,                    \
-        &level::correlate_rows<Scalar>, &level::pack_panel<Scalar>, &level::packed_times_matrix_entry<Scalar>,         \
-        &level::transpose_into<Scalar>,                                                                               \
-        &level::row_max<Scalar>, &level::exp_shifted<Scalar>, &level::softmax_gradient_row<Scalar>,                  \
-        &level::softmax_backward_row<Scalar>,                                                                         \
-        &level::masked_softmax_row<Scalar>,                                                                           \
-        &level::masked_softmax_block<Scalar>, &level::flash_attention_block<Scalar>, &level::tiny_scores<Scalar>,     \
-        few_rows                                                                                                      \
+#define ATTEND_KERNELS_OF(level, few_rows)                                                                       \
+  Kernels<Scalar> {                                                                                              \
+    Isa::level, level::Simd<Scalar>::size, &level::rows_times_matrix_entry<Scalar>,                              \
+        &level::transposed_times_matrix_entry<Scalar>, &level::strided_times_matrix_entry<Scalar>,               \
+        &level::correlate_rows<Scalar>, &level::pack_panel<Scalar>, &level::packed_times_matrix_entry<Scalar>,   \
+        level::packed_width<Scalar>, &level::transpose_into<Scalar>, &level::row_max<Scalar>,                    \
+        &level::exp_shifted<Scalar>, &level::softmax_gradient_row<Scalar>, &level::softmax_backward_row<Scalar>, \
+        &level::masked_softmax_row<Scalar>, &level::masked_softmax_block<Scalar>,                                \
+        &level::flash_attention_block<Scalar>, &level::tiny_scores<Scalar>, few_rows                             \
   }
 
 // The table of `isa` (which the CPU must be able to run).

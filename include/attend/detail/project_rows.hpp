@@ -65,8 +65,8 @@ void project_rows(const Eigen::Ref<const Matrix<Scalar>>& X, std::initializer_li
     const Scalar* X_r0 = X.data() + r0 * X.outerStride();  // (n, in)
     for (const Projection<Scalar>& p : projections) {
       if (p.kept != nullptr) {  // W^T (in, out), packed
-        kernel.packed_times_matrix(false, X_r0, X.outerStride(), n, in, p.out, p.kept->packed(), in, p.out, p.bias,
-                                   p.Y + r0 * p.y_stride, p.y_stride);
+        kernel.packed_times_matrix(false, false, X_r0, X.outerStride(), n, 0, in, p.out, p.kept->packed(), in, p.out,
+                                   p.bias, p.Y + r0 * p.y_stride, p.y_stride);
       } else {  // W^T read from W: its entry (k, o) at W[o * in + k]
         kernel.strided_times_matrix(false, X_r0, X.outerStride(), n, in, p.W, 1, in, p.out, p.bias,
                                     p.Y + r0 * p.y_stride, p.y_stride);

@@ -116,15 +116,15 @@ void flash_attention_block(const Heads<const Scalar>& Q, const HeadKeys<Scalar>&
     const Index bc = std::min(blocks.key_rows, block_last - k0);
     auto S = ws.S.topLeftCorner(br, bc);                                      // (br, bc)
     const Index t = k0 / blocks.key_rows, stored = std::min(blocks.key_rows, num_keys - k0);  // block t's keys
-    packed_times_matrix_entry<Scalar>(false, Qs.data(), Qs.outerStride(), br, d, bc, keys.KT + t * keys.panel_size, d,
-                                      stored, nullptr, S.data(), S.outerStride());
+    packed_times_matrix_entry<Scalar>(false, false, Qs.data(), Qs.outerStride(), br, 0, d, bc,
+                                      keys.KT + t * keys.panel_size, d, stored, nullptr, S.data(), S.outerStride());
     online_softmax_step(ws, br, bc, k0);
     for (Index i = 0; dropout.active() && i < br; ++i)
       dropout.apply(S.data() + i * S.outerStride(), bc, pair, q0 + i, k0);
     const auto Vb = V.middleRows(k0, bc);  // (bc, dv)
     if (mask.empty() || all_finite(Vb)) {  // with no mask every key is visible: a product over all of them is right
       if (keys.VP != nullptr) {
-        packed_times_matrix_entry<Scalar>(true, S.data(), S.outerStride(), br, bc, dv,
+        packed_times_matrix_entry<Scalar>(true, false, S.data(), S.outerStride(), br, 0, bc, dv,
                                           keys.VP + t * keys.value_panel_size, stored, dv, nullptr, O.data(),
                                           O.outerStride());
       } else {

@@ -404,16 +404,18 @@ void rows_times_matrix_entry(bool accumulate, const Scalar* X, Index ldx, Index 
   }
 }
 
-// Y (rows, columns) (+)= X (rows, steps) B + bias, B the first steps and columns of a panel that pack_panel packed
-// on this level, `depth` steps deep and `stored` columns wide: an operand packed once and read by many products (a
-// kept W^T, the tiled kernel's K^T and V blocks). In panels of at most product_panel_depth steps by
-// product_panel_width columns, each passed over by every row block, as panels_times_matrix does: the same bits. With
-// steps = 0: Y = bias (0 without one), or Y += bias when accumulating.
-template <class Scalar>
-void packed_times_matrix_entry(bool accumulate, const Scalar* X, Index ldx, Index rows, Index steps, Index columns,
-                               const Scalar* packed, Index depth, Index stored, const Scalar* bias, Scalar* Y,
-                               Index ldy) {
-  eigen_assert(steps <= depth && columns <= stored);
+// Y (rows, columns) (+)= X (rows, steps) B + bias, B the steps [first, first + steps) and the first columns of a panel
+// that pack_panel packed on this level, `depth` steps deep and `stored` columns wide: an operand packed once and read
+// by many products (a kept W^T, the tiled kernel's K^T and V blocks, a head's K^T, K, V^T, V, Q or dO on the direct
+// path). X's entries at x_entry<Transposed>: with Transposed, X = A^T for A (steps, rows) as stored, rows ldx apart.
+// The panel's columns from a multiple c0 of packed_width on are the panel at packed + c0 * depth, `stored - c0` wide.
+// In panels of at most product_panel_depth steps by product_panel_width columns, each passed over by every row block,
+// as panels_times_matrix does: the same bits. With steps = 0: Y = bias (0 without one), or Y += bias when
+// accumulating.
+template <bool Transposed, class Scalar>
+void packed_product(bool accumulate, const Scalar* X, Index ldx, Index rows, Index first, Index steps, Index columns,
+                    const Scalar* packed, Index depth, Index stored, const Scalar* bias, Scalar* Y, Index ldy) {
+  eigen_assert(first >= 0 && first + steps <= depth && columns <= stored);
   if (steps == 0) {
     if (accumulate) {
       product_over_no_steps<true>(rows, columns, bias, Y, ldy);
@@ -430,14 +432,27 @@ void packed_times_matrix_entry(bool accumulate, const Scalar* X, Index ldx, Inde
     for (Index k0 = 0; k0 < steps; k0 += slice) {
       const Index s = std::min(slice, steps - k0);
       const Scalar* panel_bias = k0 + s == steps && bias != nullptr ? bias + o0 : nullptr;
+      const Scalar* X_k0 = x_entry<Transposed>(X, ldx, 0, k0);
       if (accumulate || k0 > 0) {
-        packed_times_panel<true, false>(X + k0, ldx, rows, s, panel, k0, depth, stored - o0, present, panel_bias,
-                                        Y + o0, ldy);
+        packed_times_panel<true, Transposed>(X_k0, ldx, rows, s, panel, first + k0, depth, stored - o0, present,
+                                             panel_bias, Y + o0, ldy);
       } else {
-        packed_times_panel<false, false>(X + k0, ldx, rows, s, panel, k0, depth, stored - o0, present, panel_bias,
-                                         Y + o0, ldy);
+        packed_times_panel<false, Transposed>(X_k0, ldx, rows, s, panel, first + k0, depth, stored - o0, present,
+                                              panel_bias, Y + o0, ldy);
       }
     }
+  }
+}
+
+// The same with `transposed` a run-time flag: the form the dispatch table holds.
+template <class Scalar>
+void packed_times_matrix_entry(bool accumulate, bool transposed, const Scalar* X, Index ldx, Index rows, Index first,
+                               Index steps, Index columns, const Scalar* packed, Index depth, Index stored,
+                               const Scalar* bias, Scalar* Y, Index ldy) {
+  if (transposed) {
+    packed_product<true>(accumulate, X, ldx, rows, first, steps, columns, packed, depth, stored, bias, Y, ldy);
+  } else {
+    packed_product<false>(accumulate, X, ldx, rows, first, steps, columns, packed, depth, stored, bias, Y, ldy);
   }
 }
 
