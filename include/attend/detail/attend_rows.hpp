@@ -37,7 +37,7 @@ namespace detail {
 // tuning::tiny_product multiply-adds, one dot product per score (the level's tiny_scores,
 // detail/kernels/heads-inl.hpp), which for so little work beats copying K_h^T for the row kernel, itself faster
 // above it. The weights times the values: the row kernel on the value rows as they are (unaligned packets, a masked
-// last packet).
+// last packet), or on a copy packed once for all of a head's blocks of queries (scaled_dot_product_heads).
 
 // output = weights @ values on the level's row kernel, where a key the mask hides from a row is never read for that
 // row: its weight is exactly 0 and, normally, 0 * value = 0 adds nothing, but 0 * NaN and 0 * inf are NaN. The product
