@@ -183,7 +183,7 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
       // Only the scores of keys some row sees, from the micro-panel of K^T that holds the first of them on; the
       // softmax writes the masked score over the others before it reads a row.
       const BlockKeys block = block_keys(mask, b, q0, rows, num_queries, num_keys);
-      const Index first = block.first / kernel.packed_width * kernel.packed_width;
+      const Index first = kernel.micro_panel_start(block.first);
       kernel.packed_times_matrix(false, false, Qh.data(), Qh.outerStride(), rows, 0, d, block.last - first,
                                  packed_keys.data() + kv_pair * keys_panel + first * d, d, num_keys - first, nullptr,
                                  scores.data() + first, scores.outerStride());

@@ -105,7 +105,7 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
     Scalar* A = s.A.data() + q0 * num_keys;                                   // (rows, keys)
     const auto seen = [&](Index i) { return s.rows[static_cast<std::size_t>(q0 + i)]; };
     const BlockKeys block = block_keys(rows, num_keys, mask.fully_masked(), seen);
-    const Index first = block.first / kernel.packed_width * kernel.packed_width, last = block.last;
+    const Index first = kernel.micro_panel_start(block.first), last = block.last;
     kernel.packed_times_matrix(false, false, dOh.data(), dOh.outerStride(), rows, 0, dv, last - first,
                                s.VT.data() + first * dv, dv, num_keys - first, nullptr, A + first, num_keys);
     for (Index i = 0; i < rows; ++i) {

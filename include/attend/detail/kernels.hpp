@@ -139,6 +139,10 @@ struct Kernels {
   // X copied once for all of them; or null where the level has none (avx512/few_rows_projection.hpp)
   void (*few_rows_projection)(const Scalar* X, Index ldx, Index rows, Index in, const Projection<Scalar>* projections,
                               Index count);
+
+  // The first column of the micro-panel that holds `column`: where a product over a packed panel's columns from
+  // `column` on can start (packed_times_matrix at packed + start * depth).
+  Index micro_panel_start(Index column) const { return column / packed_width * packed_width; }
 };
 
 #define ATTEND_KERNELS_OF(level, few_rows)                                                                       \

@@ -101,11 +101,6 @@ template <class Scalar>
 constexpr Eigen::Index padded_to_packets(Eigen::Index n) {
   return (n + row_packet_size<Scalar> - 1) / row_packet_size<Scalar> * row_packet_size<Scalar>;
 }
-// n rounded down to whole packets: where a product over columns n .. of such a buffer starts on a packet.
-template <class Scalar>
-constexpr Eigen::Index rounded_down_to_packets(Eigen::Index n) {
-  return n / row_packet_size<Scalar> * row_packet_size<Scalar>;
-}
 }  // namespace detail
 }  // namespace ATTEND_ABI
 }  // namespace attend
