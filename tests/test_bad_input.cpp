@@ -1294,3 +1294,24 @@ TEMPLATE_TEST_CASE(
   }
   CHECK(checked == rows.size());
 }
+
+TEMPLATE_TEST_CASE("Optimizers refuse a hand-made Parameter with a negative size or a null pointer, and set_isa a "
+                   "value outside the enum, naming the argument, the expected and the actual value",
+                   "[bad_input]", float, double) {
+  using T = TestType;
+  using Params = std::vector<attend::Parameter<T>>;
+  T value[2] = {}, grad[2] = {};
+  const Params null_value{{"w", nullptr, grad, 2, {}}}, null_grad{{"w", value, nullptr, 2, {}}};
+  const Params negative{{"w", value, grad, -2, {}}};
+  using Catch::Matchers::Message;
+  CHECK_THROWS_MATCHES(attend::SGD<T>(null_value, T(0.1)), std::invalid_argument,
+                       Message("SGD: parameter \"w\" has a null value pointer (size 2)"));
+  CHECK_THROWS_MATCHES(attend::Adam<T>(null_grad), std::invalid_argument,
+                       Message("Adam: parameter \"w\" has a null grad pointer (size 2)"));
+  CHECK_THROWS_MATCHES(attend::AdamW<T>(negative), std::invalid_argument,
+                       Message("AdamW: parameter \"w\" must have size >= 0, got -2"));
+  const int chosen = attend::process::chosen_isa.load();
+  CHECK_THROWS_MATCHES(attend::set_isa(static_cast<attend::Isa>(7)), std::invalid_argument,
+                       Message("set_isa: isa must be Isa::generic, Isa::avx2 or Isa::avx512, got Isa(7)"));
+  CHECK(attend::process::chosen_isa.load() == chosen);  // the choice is unchanged
+}

@@ -16,8 +16,10 @@
 #include <support/random_tensor.hpp>
 
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 using attend::FullyMasked;
 using attend::Index;
@@ -167,6 +169,32 @@ TEMPLATE_TEST_CASE("Linear::parameters lists weight and bias with their gradient
   CHECK_FALSE(params[0].still_valid());
   REQUIRE_THROWS_WITH(layer.parameters(), Contains("Linear::parameters") && Contains("weight") && Contains("(3, 4)"));
   REQUIRE(Linear<TestType>(4, 3, false).parameters().size() == 1);
+}
+
+TEMPLATE_TEST_CASE("Linear::parameters stay valid through a move; not for a copy, an assignment or a destroyed module",
+                   "[gradients][linear]", float, double) {
+  auto layer = std::make_unique<Linear<TestType>>(4, 3);
+  const auto params = layer->parameters();
+  Linear<TestType> moved(std::move(*layer));
+  CHECK(params[0].value == moved.weight().data());  // the storage moved with the module
+  CHECK(params[1].grad == moved.bias_grad().data());
+  CHECK(params[0].still_valid());
+  CHECK(params[1].still_valid());
+  const Linear<TestType> copy(moved);  // storage of its own
+  CHECK(copy.weight().data() != params[0].value);
+  CHECK(params[0].still_valid());
+  layer.reset();  // the moved-from module: its destruction does not concern the Parameters that followed the move
+  CHECK(params[0].still_valid());
+  auto last = std::make_unique<Linear<TestType>>(std::move(moved));
+  CHECK(params[1].still_valid());
+  *last = copy;  // assigned over
+  CHECK_FALSE(params[0].still_valid());
+  CHECK_FALSE(params[1].still_valid());
+  const auto again = last->parameters();
+  CHECK(again[0].still_valid());
+  last.reset();  // destroyed: false, without reading the module
+  CHECK_FALSE(again[0].still_valid());
+  CHECK_FALSE(again[1].still_valid());
 }
 
 TEMPLATE_TEST_CASE("Linear::backward: a clear error for a call in the wrong state or a wrong shape, nothing changed",

@@ -8,6 +8,7 @@
 #include <support/random_tensor.hpp>
 
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 using attend::Isa;
@@ -118,6 +119,24 @@ TEST_CASE("an unknown level, or one this CPU lacks, is a clear error naming the 
   }
   attend::set_isa(Isa::generic);  // set_isa recovers from a bad ATTEND_ISA
   REQUIRE(attend::active_isa() == Isa::generic);
+}
+
+TEST_CASE("a value outside the enum is no level: set_isa refuses it, cpu_has and isa_name do not take it for one",
+          "[isa][errors]") {
+  RestoreChoice restore;
+  attend::set_isa(Isa::generic);
+  REQUIRE_THROWS_MATCHES(attend::set_isa(static_cast<Isa>(7)), std::invalid_argument,
+                         Catch::Matchers::Message("set_isa: isa must be Isa::generic, Isa::avx2 or Isa::avx512, got "
+                                                  "Isa(7)"));
+  REQUIRE_THROWS_MATCHES(attend::set_isa(static_cast<Isa>(-1)), std::invalid_argument,
+                         Catch::Matchers::Message("set_isa: isa must be Isa::generic, Isa::avx2 or Isa::avx512, got "
+                                                  "Isa(-1)"));
+  REQUIRE(attend::active_isa() == Isa::generic);  // unchanged
+  for (int value : {-1, 3, 7}) {
+    CAPTURE(value);
+    CHECK_FALSE(attend::detail::cpu_has(static_cast<Isa>(value)));
+    CHECK(std::string(attend::isa_name(static_cast<Isa>(value))) == "unknown");
+  }
 }
 
 TEMPLATE_TEST_CASE("every level gives the seed's attention within rounding of the others", "[isa]", float, double) {

@@ -39,16 +39,21 @@ inline namespace ATTEND_ABI {
 
 enum class Isa { generic = 0, avx2 = 1, avx512 = 2 };
 
-// "generic", "avx2", "avx512": the names ATTEND_ISA and set_isa(name) take.
+// "generic", "avx2", "avx512": the names ATTEND_ISA and set_isa(name) take; "unknown" for a value outside the enum
+// (Isa(7)), which names no level.
 inline const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::avx512: return "avx512";
     case Isa::avx2: return "avx2";
-    default: return "generic";
+    case Isa::generic: return "generic";
   }
+  return "unknown";
 }
 
 namespace detail {
+
+// True when `isa` is one of the enum's levels, not another value cast to Isa.
+inline bool is_isa(Isa isa) { return isa == Isa::generic || isa == Isa::avx2 || isa == Isa::avx512; }
 
 #ifdef ATTEND_X86_DISPATCH
 // XCR0, the register state the operating system saves on a context switch (0 when it does not support XSAVE).
@@ -61,9 +66,10 @@ inline unsigned long long xcr0() {
 }
 #endif
 
-// True when this CPU, and its operating system, can run level `isa`.
+// True when this CPU, and its operating system, can run level `isa`; false for a value outside the enum.
 inline bool cpu_has(Isa isa) {
   if (isa == Isa::generic) return true;
+  if (!is_isa(isa)) return false;
 #ifdef ATTEND_X86_DISPATCH
   unsigned int a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
@@ -117,9 +123,12 @@ inline std::string detail::offered_isas() {
 // The best level this CPU can run.
 inline Isa best_isa() { return available_isas().front(); }
 
-// Makes every later kernel call of the process run on `isa`; std::invalid_argument when this CPU cannot run it.
-// Call it between calls, not while another thread is inside attend.
+// Makes every later kernel call of the process run on `isa`; std::invalid_argument when `isa` is not one of the
+// enum's levels (Isa(7)) or this CPU cannot run it. Call it between calls, not while another thread is inside attend.
 inline void set_isa(Isa isa) {
+  if (!detail::is_isa(isa))
+    throw std::invalid_argument("set_isa: isa must be Isa::generic, Isa::avx2 or Isa::avx512, got Isa(" +
+                                std::to_string(static_cast<int>(isa)) + ")");
   if (!detail::cpu_has(isa))
     throw std::invalid_argument(std::string("set_isa: this CPU cannot run \"") + isa_name(isa) + "\"; it offers " +
                                 detail::offered_isas());

@@ -10,9 +10,17 @@
 //
 // each operation in torch.optim's order (PyTorch's single-tensor implementation), the hyperparameters given in double
 // precision and rounded to Scalar where PyTorch uses them on a tensor: the bias corrections are computed in double,
-// as PyTorch computes them in Python. step() checks every parameter first (Parameter::still_valid: not resized or
-// replaced since the optimizer was made) and throws std::invalid_argument naming the first that is not, having
-// changed nothing. zero_grad() sets every gradient to 0.
+// as PyTorch computes them in Python. zero_grad() sets every gradient to 0.
+//
+// The constructors check every parameter: a negative size, or a null value or grad pointer with elements to point
+// at, throws std::invalid_argument naming it before anything is allocated. step() and zero_grad() check every
+// parameter first (Parameter::still_valid, parameter.hpp) and throw std::invalid_argument naming the first whose
+// storage is no longer its module's, having changed nothing. So an optimizer keeps working on a module that was
+// moved (move construction or move assignment: the storage moves with it, and step() updates the module at its new
+// address), and refuses once the module was destroyed, copied over or moved over, or the parameter resized or
+// reassigned; a copy of the module is not the module (its storage is new). A std::vector of modules copies them when
+// it grows, since Eigen 3.4's Tensor, which every module with parameters holds, has no noexcept move constructor:
+// after a reallocation the optimizer refuses. reserve() first, or make the optimizer after the last push_back.
 #pragma once
 
 #include <attend/config.hpp>
@@ -20,6 +28,7 @@
 #include <attend/parameter.hpp>
 #include <attend/tensor.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <string>
@@ -44,7 +53,7 @@ class Optimizer {
 
  protected:
   Optimizer(std::vector<Parameter<Scalar>> params, const char* name, int buffers)
-      : params_(std::move(params)), name_(name) {
+      : params_(checked_parameters(std::move(params), name)), name_(name) {
     state_.resize(static_cast<std::size_t>(buffers));
     for (auto& buffer : state_)
       for (const Parameter<Scalar>& p : params_) buffer.emplace_back(Vector<Scalar>::Zero(p.size));
@@ -55,8 +64,8 @@ class Optimizer {
   void require_valid(const char* what) const {
     for (const Parameter<Scalar>& p : params_)
       require(!p.still_valid || p.still_valid(), name_, "::", what, ": parameter ", quoted(p.name), " of ", p.size,
-              " elements was resized or replaced since the optimizer was made (make a new optimizer from the "
-              "module's parameters())");
+              " elements is no longer its module's storage: resized or replaced, or its module destroyed, copied "
+              "or assigned over since the optimizer was made (make a new optimizer from the module's parameters())");
   }
 
   // Parameter i's state buffer `which`, (size).
@@ -68,6 +77,19 @@ class Optimizer {
     require_valid("step");
     ++steps_;
     for (std::size_t i = 0; i < params_.size(); ++i) update(params_[i], i, steps_);
+  }
+
+  // params, each checked: a size of at least 0, and value and grad pointers that are not null when there are
+  // elements to point at (an empty parameter may have null ones, as an empty Eigen object does).
+  static std::vector<Parameter<Scalar>> checked_parameters(std::vector<Parameter<Scalar>> params, const char* name) {
+    for (const Parameter<Scalar>& p : params) {
+      require(p.size >= 0, name, ": parameter ", quoted(p.name), " must have size >= 0, got ", p.size);
+      require(p.size == 0 || p.value != nullptr, name, ": parameter ", quoted(p.name),
+              " has a null value pointer (size ", p.size, ")");
+      require(p.size == 0 || p.grad != nullptr, name, ": parameter ", quoted(p.name), " has a null grad pointer (size ",
+              p.size, ")");
+    }
+    return params;
   }
 
   static double checked(double value, double low, const char* name, const char* where, bool below_one = false) {

@@ -2,9 +2,12 @@
 //
 // A module's parameters() is built on its visit_with_gradients(visit), which calls visit(name, parameter, gradient,
 // shape) for every parameter in state_dict() order: parameter and gradient are Matrix, Vector or Tensor3 objects
-// of the module, shape the one both must have. A Parameter points into that storage, so it is valid only while the
-// module lives and neither object is resized or reassigned with another size (the accessors hand out references):
-// still_valid() says whether that holds, and the optimizers check it before every step.
+// of the module, shape the one both must have. A Parameter points into that storage, so it is valid only while that
+// storage is the module's: still_valid() says whether it is, and the optimizers check it before every step. It stays
+// true when the module is moved (move construction or move assignment: the storage moves with it), and turns false,
+// without touching the module's memory, once the module is destroyed, copied over or moved over, or the parameter
+// or its gradient is resized or reassigned with another size (the accessors hand out references). A copy of a module
+// has storage of its own: the Parameters of the original stay the original's.
 #pragma once
 
 #include <attend/config.hpp>
@@ -12,7 +15,9 @@
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 
+#include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,7 +30,8 @@ struct Parameter {
   Scalar* value;     // the parameter's own storage, size elements
   Scalar* grad;      // its gradient's storage, size elements
   Index size;
-  // True while value and grad still are the storage of the parameter and of its gradient, each of size elements.
+  // True while value and grad still are the storage of the parameter and of its gradient, each of size elements (see
+  // above); empty for a Parameter made by hand.
   std::function<bool()> still_valid;
 };
 
@@ -61,24 +67,26 @@ void require_gradients_of(const Module& module, const char* where) {
       });
 }
 
-// module.parameters(): every parameter with its gradient, in state_dict() order.
-template <class Scalar, class Module>
-std::vector<Parameter<Scalar>> parameters_of(Module& module, const char* where) {
-  std::vector<Parameter<Scalar>> list;
+// Where a module with parameters lives, shared by the module (WithParameters below) with the Parameters its
+// parameters() made, which hold it weakly: owner is the module's WithParameters base at its current address, null
+// once the storage those Parameters point into is no longer the module's (destroyed, or assigned over).
+struct ParameterAnchor {
+  const void* owner = nullptr;
+};
+
+// True when parameter `index` of `module`, in visit_with_gradients() order, and its gradient still are the storage at
+// value and grad, each of size elements.
+template <class Module, class Scalar>
+bool holds_parameter(const Module& module, std::size_t index, const Scalar* value, const Scalar* grad, Index size) {
+  std::size_t at = 0;
+  bool holds = false;
   module.visit_with_gradients(
-      [&](const std::string& name, auto& parameter, auto& gradient, const std::vector<Index>& shape) {
-        require_gradient_shape(name, parameter, gradient, shape, where);
-        Scalar* value = parameter.data();
-        Scalar* grad = gradient.data();
-        const Index size = static_cast<Index>(parameter.size());
-        auto* p = &parameter;
-        auto* g = &gradient;
-        list.push_back({name, value, grad, size, [p, g, value, grad, size] {
-                          return p->data() == value && g->data() == grad && static_cast<Index>(p->size()) == size &&
-                                 static_cast<Index>(g->size()) == size;
-                        }});
+      [&](const std::string&, const auto& parameter, const auto& gradient, const std::vector<Index>&) {
+        if (at++ != index) return;
+        holds = parameter.data() == value && gradient.data() == grad && static_cast<Index>(parameter.size()) == size &&
+                static_cast<Index>(gradient.size()) == size;
       });
-  return list;
+  return holds;
 }
 
 // module.zero_grad(): every gradient buffer to 0, in the parameter's shape.
@@ -100,8 +108,29 @@ class WithParameters {
  public:
   // Every parameter's gradient to 0.
   void zero_grad() { zero_grad_of(derived()); }
-  // The parameters with their gradients, in state_dict() order; see Parameter above.
-  std::vector<Parameter<Scalar>> parameters() { return parameters_of<Scalar>(derived(), where("parameters").c_str()); }
+  // The parameters with their gradients, in state_dict() order; see Parameter above. Each still_valid() finds the
+  // module through the anchor, wherever it has moved, and compares parameter `index` with the storage recorded here.
+  std::vector<Parameter<Scalar>> parameters() {
+    const std::string caller = where("parameters");
+    if (!anchor_) anchor_ = std::make_shared<ParameterAnchor>(ParameterAnchor{this});
+    const std::weak_ptr<ParameterAnchor> anchor = anchor_;
+    std::vector<Parameter<Scalar>> list;
+    derived().visit_with_gradients(
+        [&](const std::string& name, auto& parameter, auto& gradient, const std::vector<Index>& shape) {
+          require_gradient_shape(name, parameter, gradient, shape, caller.c_str());
+          Scalar* value = parameter.data();
+          Scalar* grad = gradient.data();
+          const Index size = static_cast<Index>(parameter.size());
+          const std::size_t index = list.size();
+          list.push_back({name, value, grad, size, [anchor, index, value, grad, size] {
+                            const std::shared_ptr<ParameterAnchor> held = anchor.lock();
+                            if (!held || held->owner == nullptr) return false;
+                            const auto* module = static_cast<const WithParameters*>(held->owner);
+                            return holds_parameter(module->derived(), index, value, grad, size);
+                          }});
+        });
+    return list;
+  }
 
   // Every parameter under its name; see state_dict.hpp.
   StateDict<Scalar> state_dict() const { return state_dict_of<Scalar>(derived(), where("state_dict").c_str()); }
@@ -133,13 +162,40 @@ class WithParameters {
   void require_gradients(const char* where) const { require_gradients_of(derived(), where); }
 
  protected:
+  // The anchor follows the module's storage. A copy has storage of its own, so it starts with no anchor. A move
+  // takes the source's: the Eigen buffers move with the module, so the source's Parameters now describe this one.
+  // An assignment replaces this module's values (and, moved, its buffers): the Parameters made from it before must
+  // refuse, so its anchor is detached first. The destructor detaches it too.
   WithParameters() = default;
-  ~WithParameters() = default;
+  WithParameters(const WithParameters&) noexcept {}
+  WithParameters(WithParameters&& other) noexcept : anchor_(std::move(other.anchor_)) {
+    if (anchor_) anchor_->owner = this;
+  }
+  WithParameters& operator=(const WithParameters& other) noexcept {
+    if (this != &other) detach();
+    return *this;
+  }
+  WithParameters& operator=(WithParameters&& other) noexcept {
+    if (this == &other) return *this;
+    detach();
+    anchor_ = std::move(other.anchor_);
+    if (anchor_) anchor_->owner = this;
+    return *this;
+  }
+  ~WithParameters() { detach(); }
 
  private:
   Derived& derived() { return static_cast<Derived&>(*this); }
   const Derived& derived() const { return static_cast<const Derived&>(*this); }
   static std::string where(const char* member) { return std::string(Derived::module_name) + "::" + member; }
+
+  // The Parameters made so far no longer describe this module's storage: their still_valid() turns false.
+  void detach() noexcept {
+    if (anchor_) anchor_->owner = nullptr;
+    anchor_.reset();
+  }
+
+  std::shared_ptr<ParameterAnchor> anchor_;  // null until parameters() is first called
 };
 
 }  // namespace detail
