@@ -6,7 +6,10 @@
 //   causal          Mask::causal()                                 when j <= q + (keys - queries)
 //   keep tensor     Mask::keep(K), K: Tensor3<bool>,               when K(b, q, j) (K(0, q, j) for every b when K has
 //                   (batch, queries, keys) or (1, queries, keys)   batch 1): true means attend
-// A ValidLens converts to a Mask implicitly, so every call that took valid lengths takes a Mask unchanged:
+//   window          Mask::window(left, right)                      when p - left <= j <= p + right, p = q + (keys -
+//                                                                  queries) the query's aligned position
+// Mask::window(W - 1, 0) && Mask::causal() (or Mask::window(W - 1, 0) alone) is Mistral's sliding window of W keys,
+// the query's own key among them. A ValidLens converts to a Mask implicitly, so every call that took valid lengths takes a Mask unchanged:
 //   attention(X, X, X, ValidLens{3, 2})
 //   attention(X, X, X, ValidLens{3, 2} && Mask::causal())
 //   attention(X, X, X, Mask::keep(K).when_fully_masked(FullyMasked::zero))
@@ -129,6 +132,17 @@ class Mask {
     return m;
   }
 
+  // Query at aligned position p = q + (K - Q) sees key j when p - left <= j <= p + right. left, right >= 0.
+  static Mask window(Index left, Index right) {
+    detail::require(left >= 0, "Mask::window: left must be >= 0, got ", left);
+    detail::require(right >= 0, "Mask::window: right must be >= 0, got ", right);
+    Mask m;
+    m.window_ = true;
+    m.left_ = left;
+    m.right_ = right;
+    return m;
+  }
+
   // A copy of this mask with the rule for a query that sees no key.
   Mask when_fully_masked(FullyMasked rule) const {
     Mask m = *this;
@@ -144,6 +158,9 @@ class Mask {
     Mask m;
     m.lens_ = both_lens(a.lens_, b.lens_);
     m.causal_ = a.causal_ || b.causal_;
+    m.window_ = a.window_ || b.window_;
+    m.left_ = both_side(a.window_, a.left_, b.window_, b.left_);
+    m.right_ = both_side(a.window_, a.right_, b.window_, b.right_);
     m.keep_ = both_keep(a.keep_, b.keep_);
     detail::require(!(a.rule_chosen_ && b.rule_chosen_ && a.rule_ != b.rule_),
                     "Mask &&: the operands choose different rules for a fully masked query, ", to_string(a.rule_),
@@ -154,10 +171,13 @@ class Mask {
   }
 
   // True when the mask keeps every key (whatever its rule: with no masked key, no query is fully masked).
-  bool empty() const { return lens_.empty() && !causal_ && !keep_; }
+  bool empty() const { return lens_.empty() && !causal_ && !window_ && !keep_; }
   FullyMasked fully_masked() const { return rule_; }
   const ValidLens& valid_lens() const { return lens_; }
   bool is_causal() const { return causal_; }
+  bool has_window() const { return window_; }
+  Index window_left() const { return left_; }    // meaningful when has_window()
+  Index window_right() const { return right_; }  // meaningful when has_window()
   // True when a keep tensor is part of the mask: keys below visible_prefix() need keep_row() too.
   bool has_elementwise() const { return static_cast<bool>(keep_); }
   // The keep tensor, (batch or 1, queries, keys); null when there is none.
@@ -193,6 +213,12 @@ class Mask {
   // and last kept key. Throws std::invalid_argument as keep_row() does.
   VisibleKeys visible_keys(Index b, Index q, Index num_queries, Index num_keys) const {
     VisibleKeys keys{0, visible_prefix(b, q, num_queries, num_keys), keep_row(b, q)};
+    if (window_) {
+      const Index p = q + num_keys - num_queries;  // the aligned position
+      keys.first = std::clamp(p - left_, Index(0), num_keys);
+      keys.last = std::min(keys.last, std::clamp(p + right_ + 1, Index(0), num_keys));
+      keys.last = std::max(keys.last, keys.first);
+    }
     if (keys.keep != nullptr) {
       while (keys.first < keys.last && !keys.keep[keys.first]) ++keys.first;
       while (keys.last > keys.first && !keys.keep[keys.last - 1]) --keys.last;
@@ -222,6 +248,12 @@ class Mask {
  private:
   static void require_index(Index i, Index size, const char* where, const char* name) {
     detail::require(i >= 0 && i < size, where, ": ", name, " must be in [0, ", size, "), got ", i);
+  }
+
+  // One side of the AND of two windows: the narrower.
+  static Index both_side(bool a_has, Index a, bool b_has, Index b) {
+    if (a_has && b_has) return std::min(a, b);
+    return a_has ? a : b;
   }
 
   static std::string lens_shape(const ValidLens& lens) {
@@ -270,6 +302,8 @@ class Mask {
 
   ValidLens lens_;  // none, (batch,) or (batch, queries)
   bool causal_ = false;
+  bool window_ = false;
+  Index left_ = 0, right_ = 0;  // the window's sides, when window_
   KeepPtr keep_;  // (batch or 1, queries, keys); shared, never written after construction
   FullyMasked rule_ = FullyMasked::uniform;
   bool rule_chosen_ = false;

@@ -41,6 +41,17 @@ constexpr Eigen::Index flash_backward_key_rows = sizeof(Scalar) <= 4 ? 256 : 64;
 // not depend on the thread count.
 constexpr Eigen::Index backward_items = 8;
 
+// The attention core's tile (detail/core/): core_query_rows query rows of each head of a key/value group by
+// core_key_rows keys. The group's rows share one K^T block (64 rows by 128 keys of 64-wide heads: a 32 KiB score
+// tile in float and a 32 KiB K^T block, inside L2 with the group's accumulators).
+constexpr Eigen::Index core_query_rows = 64;
+constexpr Eigen::Index core_key_rows = 128;
+// Decoding: a call of at most decode_queries queries splits its keys into spans of decode_span keys, each a piece of
+// work of its own, merged by their log-sum-exp in key order (flash-decoding), when it has at least two spans. A
+// multiple of core_key_rows; fixed, so that the split, and the bits, do not depend on the thread count.
+constexpr Eigen::Index decode_queries = 8;
+constexpr Eigen::Index decode_span = 256;
+
 // The direct path while one call's weights take at most this (about one core's L2): AttentionPath::automatic takes
 // the tiled path above it, in evaluation and training mode alike.
 constexpr double direct_path_bytes = 1 << 20;

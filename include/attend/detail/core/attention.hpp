@@ -1,0 +1,422 @@
+// attend/detail/core/attention.hpp — scaled dot-product attention over heads views: the forward pass (with its
+// log-sum-exp) and the backward pass, for grouped-query heads, every mask and every score option.
+//
+// Data only: the call is the heads views of Q, K and V (detail/heads.hpp: strides, a cache's spare rows), the mask,
+// the score rule (detail/core/score_rule.hpp) and dropout; the products, maxima and exponentials are the active
+// level's row kernels (detail/kernels.hpp). Query head h reads key/value head g = h / group, group = H / G.
+//
+// Forward, one piece of work per (batch row b, key/value head g, block of core_query_rows queries, span of keys):
+// the group's query heads take turns over each block of core_key_rows keys, which is read (and, for more than
+// decode_queries rows, transposed) once for all of them; an online softmax keeps each row's running maximum m and
+// sum l, and O = acc / l, lse = m + log l at the end. Key blocks no row of the query block sees are skipped, so a
+// window of W keys costs O(n W). A call of at most decode_queries queries with at least two spans of decode_span keys
+// splits its keys into those spans (flash-decoding): each span is a piece of its own, and the partial results merge
+// by their log-sum-exp in key order. The pieces are fixed by the shape alone: the bits do not depend on the thread
+// count.
+//
+// Backward (FlashAttention-2's rule, from O, lse and dO): D = rowsum(dO * O); on each tile P = exp(s - lse),
+// dS = P (dP - D) with dP = dO V^T (times the dropout factors), then the softcap's derivative 1 - tanh^2 and the
+// scale. Two passes keep every output owned by one piece: (b, g, key block) adds dK and dV over all the group's query
+// rows; (b, h, query block) adds dQ over the keys. Both recompute the tile.
+//
+// A query that sees no key by the mask's structure: FullyMasked::zero gives a zero row, FullyMasked::uniform d2l's
+// mean of every value (weights 1 / num_keys, no gradient to Q or K, dO / num_keys to each value); lse is -inf.
+#pragma once
+
+#include <attend/config.hpp>
+#include <attend/detail/attention_dropout.hpp>
+#include <attend/detail/core/score_rule.hpp>
+#include <attend/detail/heads.hpp>
+#include <attend/detail/kernels.hpp>
+#include <attend/detail/tuning.hpp>
+#include <attend/mask.hpp>
+#include <attend/tensor.hpp>
+#include <attend/threads.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace attend {
+inline namespace ATTEND_ABI {
+namespace detail {
+namespace core {
+
+template <class Scalar>
+struct Call {
+  Heads<const Scalar> queries;  // (batch, Q, H heads of d)
+  Heads<const Scalar> keys;     // (batch, K, G heads of d)
+  Heads<const Scalar> values;   // (batch, K, G heads of dv)
+  const Mask* mask = nullptr;   // shape checked against (batch, Q, K)
+  ScoreRule<Scalar> rule;
+  AttentionDropout dropout;  // on the weights, training only
+
+  Index group() const { return queries.count / keys.count; }
+};
+
+// Grow-only memory of the core: a repeated call of one shape allocates nothing.
+template <class Scalar>
+struct Buffers {
+  std::vector<Vector<Scalar>> scratch;  // one per thread
+  std::vector<std::vector<VisibleKeys>> rows;  // one per thread: the visible keys of a block's query rows
+  Vector<Scalar> partial;               // the decoding spans' acc, m and l
+  Vector<Scalar> deltas;                // the backward pass's D, (batch, Q, H)
+
+  // Per thread: `size` Scalars and `rows` VisibleKeys.
+  void reserve(Index size, Index rows_per_block) {
+    const auto threads = static_cast<std::size_t>(std::max(1, num_threads()));
+    if (scratch.size() < threads) scratch.resize(threads);
+    if (this->rows.size() < threads) this->rows.resize(threads);
+    for (auto& s : scratch)
+      if (s.size() < size) s.resize(size);
+    for (auto& r : this->rows)
+      if (static_cast<Index>(r.size()) < rows_per_block) r.resize(static_cast<std::size_t>(rows_per_block));
+  }
+  static void grow(Vector<Scalar>& v, Index size) {
+    if (v.size() < size) v.resize(size);
+  }
+};
+
+// The union of the visible ranges of a block's rows, [first, last) ([0, 0) when none sees a key), after filling
+// keys[i] for the rows q0 .. q0 + rows - 1 of batch row b.
+inline std::pair<Index, Index> block_visible(const Mask& mask, Index b, Index q0, Index rows, Index num_queries,
+                                             Index num_keys, VisibleKeys* keys) {
+  Index first = num_keys, last = 0;
+  for (Index i = 0; i < rows; ++i) {
+    keys[i] = mask.empty() ? VisibleKeys{0, num_keys, nullptr} : mask.visible_keys(b, q0 + i, num_queries, num_keys);
+    if (!keys[i].none()) {
+      first = std::min(first, keys[i].first);
+      last = std::max(last, keys[i].last);
+    }
+  }
+  if (first >= last) return {0, 0};
+  return {first, last};
+}
+
+// Row r of the output: d2l's mean of every value of head g in batch row b (a uniform fully masked row).
+template <class Scalar>
+void mean_of_values(const Heads<const Scalar>& values, Index b, Index g, Scalar* out) {
+  const Index dv = values.dim;
+  std::fill(out, out + dv, Scalar(0));
+  for (Index j = 0; j < values.length; ++j) {
+    const Scalar* v = values.at(b, g, j);
+    for (Index c = 0; c < dv; ++c) out[c] += v[c];
+  }
+  const Scalar inverse = values.length > 0 ? Scalar(1) / static_cast<Scalar>(values.length) : Scalar(0);
+  for (Index c = 0; c < dv; ++c) out[c] *= inverse;
+}
+
+// How the forward pass splits a call.
+struct ForwardPlan {
+  Index query_blocks, span, spans;
+  bool split() const { return spans > 1; }
+};
+
+inline ForwardPlan forward_plan(Index num_queries, Index num_keys) {
+  const Index blocks = (num_queries + tuning::core_query_rows - 1) / tuning::core_query_rows;
+  if (num_queries <= tuning::decode_queries && num_keys >= 2 * tuning::decode_span)
+    return {blocks, tuning::decode_span, (num_keys + tuning::decode_span - 1) / tuning::decode_span};
+  return {blocks, std::max(num_keys, Index(1)), 1};
+}
+
+// The online softmax of one block of query rows of the group over the keys [lo, hi): acc (group * rows, dv) rows dv
+// apart, m and l (group * rows) updated. keys: the rows' visible keys.
+template <class Scalar>
+void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index b, Index g, Index q0, Index rows,
+                 Index lo, Index hi, const VisibleKeys* keys, Scalar* acc, Scalar* m, Scalar* l, Scalar* scratch) {
+  const Heads<const Scalar>&Q = call.queries, &K = call.keys, &V = call.values;
+  const Index d = Q.dim, dv = V.dim, group = call.group(), H = Q.count;
+  const Index kb = tuning::core_key_rows;
+  const bool few = rows <= tuning::decode_queries;
+  Scalar* Kt = scratch;                // (d, kb): the key block transposed
+  Scalar* S = scratch + d * kb;        // (rows, kb): one head's scores, then weights
+  constexpr Scalar none = -std::numeric_limits<Scalar>::infinity();
+  for (Index k0 = lo / kb * kb; k0 < hi; k0 += kb) {
+    const Index n = std::min(kb, K.length - k0);
+    if (!few) kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
+    for (Index hh = 0; hh < group; ++hh) {
+      const Index h = g * group + hh;
+      if (few) {
+        kernel.tiny_scores(Q.at(b, h, q0), Q.row_stride, K.at(b, g, k0), K.row_stride, rows, n, d, call.rule.scale,
+                           S, n);
+      } else {
+        kernel.rows_times_matrix(false, Q.at(b, h, q0), Q.row_stride, rows, d, Kt, n, n, false, nullptr, S, n);
+      }
+      bool any = false;
+      for (Index i = 0; i < rows; ++i) {
+        Scalar* row = S + i * n;
+        const VisibleKeys& visible = keys[i];
+        auto [a, z] = visible.within(k0, n);
+        a = std::max(a, lo - k0);
+        z = std::min(z, hi - k0);
+        Scalar block_max = none;
+        if (a < z) {
+          call.rule.apply(row, n, k0, a, z, few, visible, b, h, q0 + i);
+          block_max = kernel.row_max(row + a, z - a);
+        }
+        if (block_max == none) {
+          std::fill(row, row + n, Scalar(0));
+          continue;
+        }
+        any = true;
+        const Index r = hh * rows + i;
+        const Scalar m_new = std::max(m[r], block_max);
+        const Scalar sum = kernel.exp_shifted(row + a, z - a, m_new);
+        std::fill(row, row + a, Scalar(0));
+        std::fill(row + z, row + n, Scalar(0));
+        if (m[r] != m_new && l[r] > Scalar(0)) {
+          const Scalar alpha = std::exp(m[r] - m_new);
+          l[r] *= alpha;
+          Scalar* o = acc + r * dv;
+          for (Index c = 0; c < dv; ++c) o[c] *= alpha;
+        }
+        l[r] += sum;
+        m[r] = m_new;
+        if (call.dropout.active()) call.dropout.apply(row, n, b * H + h, q0 + i, k0);
+      }
+      if (any)
+        kernel.rows_times_matrix(true, S, n, rows, n, V.at(b, g, k0), V.row_stride, dv, false, nullptr,
+                                 acc + hh * rows * dv, dv);
+    }
+  }
+}
+
+// Scratch Scalars of one thread in the forward pass.
+template <class Scalar>
+Index forward_scratch(const Call<Scalar>& call) {
+  const Index rows = std::min(tuning::core_query_rows, call.queries.length) * call.group();
+  return call.queries.dim * tuning::core_key_rows + tuning::core_query_rows * tuning::core_key_rows +
+         rows * (call.values.dim + 2);
+}
+
+// out (batch, Q, H heads of dv) = attention; lse (batch, Q, H) contiguous, or null.
+template <class Scalar>
+void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Buffers<Scalar>& buffers) {
+  const Heads<const Scalar>&Q = call.queries, &K = call.keys, &V = call.values;
+  const Index B = Q.batch, nq = Q.length, nk = K.length, H = Q.count, G = K.count, dv = V.dim;
+  const Index group = call.group();
+  if (B == 0 || nq == 0 || H == 0) return;
+  const Kernels<Scalar>& kernel = kernels<Scalar>();  // may throw: before any parallel region
+  const ForwardPlan plan = forward_plan(nq, nk);
+  const Index qb = tuning::core_query_rows;
+  const Index block_rows = std::min(qb, nq) * group;  // rows of one piece: the group's heads
+  buffers.reserve(forward_scratch(call), qb);
+  const Index partial_size = block_rows * (dv + 2);
+  const Index pieces = B * G * plan.query_blocks * plan.spans;
+  if (plan.split()) Buffers<Scalar>::grow(buffers.partial, pieces * partial_size);
+  constexpr Scalar none = -std::numeric_limits<Scalar>::infinity();
+  const FullyMasked rule = call.mask->fully_masked();
+  const Mask& mask = *call.mask;
+
+  // Writes row (b, h, q)'s output and lse from its acc, m and l; keys: its visible keys.
+  auto finish = [&](Index b, Index g, Index h, Index q, const VisibleKeys& keys, const Scalar* acc, Scalar m,
+                    Scalar l) {
+    Scalar* o = out.at(b, h, q);
+    if (l > Scalar(0)) {
+      const Scalar inverse = Scalar(1) / l;
+      for (Index c = 0; c < dv; ++c) o[c] = acc[c] * inverse;
+      if (lse != nullptr) lse[(b * nq + q) * H + h] = m + std::log(l);
+      return;
+    }
+    if (keys.none() && rule == FullyMasked::uniform)
+      mean_of_values(V, b, g, o);
+    else
+      std::fill(o, o + dv, Scalar(0));
+    if (lse != nullptr) lse[(b * nq + q) * H + h] = none;
+  };
+
+  const double work = static_cast<double>(B) * H * nq * std::max(nk, Index(1)) * (Q.dim + dv);
+  parallel_for(pieces, work, [&](Index piece, int thread) {
+    const Index span = piece % plan.spans, block = piece / plan.spans % plan.query_blocks;
+    const Index g = piece / plan.spans / plan.query_blocks % G, b = piece / plan.spans / plan.query_blocks / G;
+    const Index q0 = block * qb, rows = std::min(qb, nq - q0);
+    Scalar* scratch = buffers.scratch[static_cast<std::size_t>(thread)].data();
+    VisibleKeys* keys = buffers.rows[static_cast<std::size_t>(thread)].data();
+    Scalar* acc = plan.split() ? buffers.partial.data() + piece * partial_size
+                               : scratch + call.queries.dim * tuning::core_key_rows + qb * tuning::core_key_rows;
+    Scalar* m = acc + group * rows * dv;
+    Scalar* l = m + group * rows;
+    std::fill(acc, acc + group * rows * dv, Scalar(0));
+    std::fill(m, m + group * rows, none);
+    std::fill(l, l + group * rows, Scalar(0));
+    auto [first, last] = block_visible(mask, b, q0, rows, nq, nk, keys);
+    first = std::max(first, span * plan.span);
+    last = std::min(last, (span + 1) * plan.span);
+    if (first < last) attend_keys(call, kernel, b, g, q0, rows, first, last, keys, acc, m, l, scratch + 0);
+    if (plan.split()) return;
+    for (Index hh = 0; hh < group; ++hh)
+      for (Index i = 0; i < rows; ++i) {
+        const Index r = hh * rows + i;
+        finish(b, g, g * group + hh, q0 + i, keys[i], acc + r * dv, m[r], l[r]);
+      }
+  });
+  if (!plan.split()) return;
+
+  // Merge the spans of each row in key order: O = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s.
+  std::vector<VisibleKeys>& keys = buffers.rows[0];
+  Vector<Scalar>& merged = buffers.scratch[0];  // (dv) acc
+  for (Index b = 0; b < B; ++b)
+    for (Index g = 0; g < G; ++g)
+      for (Index block = 0; block < plan.query_blocks; ++block) {
+        const Index q0 = block * qb, rows = std::min(qb, nq - q0);
+        block_visible(mask, b, q0, rows, nq, nk, keys.data());
+        const Index first_piece = ((b * G + g) * plan.query_blocks + block) * plan.spans;
+        for (Index r = 0; r < group * rows; ++r) {
+          Scalar M = none;
+          for (Index s = 0; s < plan.spans; ++s) {
+            const Scalar* part = buffers.partial.data() + (first_piece + s) * partial_size;
+            const Scalar l = part[group * rows * dv + group * rows + r];
+            if (l > Scalar(0)) M = std::max(M, part[group * rows * dv + r]);
+          }
+          Scalar L = 0;
+          std::fill(merged.data(), merged.data() + dv, Scalar(0));
+          for (Index s = 0; s < plan.spans && M != none; ++s) {
+            const Scalar* part = buffers.partial.data() + (first_piece + s) * partial_size;
+            const Scalar l = part[group * rows * dv + group * rows + r];
+            if (!(l > Scalar(0))) continue;
+            const Scalar factor = std::exp(part[group * rows * dv + r] - M);
+            L += factor * l;
+            const Scalar* acc = part + r * dv;
+            for (Index c = 0; c < dv; ++c) merged[c] += factor * acc[c];
+          }
+          const Index hh = r / rows, i = r % rows;
+          finish(b, g, g * group + hh, q0 + i, keys[static_cast<std::size_t>(i)], merged.data(), M, L);
+        }
+      }
+}
+
+// The gradients of one tile: query rows q0 .. q0 + rows - 1 of head h against keys [k0, k0 + n). On return, P holds
+// the dropped weights P Z (for dV) and dS the gradient with respect to the products q.k (for dQ and dK); false when
+// no row of the tile has a weight.
+template <class Scalar>
+bool gradient_tile(const Call<Scalar>& call, const Kernels<Scalar>& kernel, const Heads<const Scalar>& dO,
+                   const Scalar* lse, const Scalar* deltas, Index b, Index h, Index q0, Index rows, Index k0, Index n,
+                   const VisibleKeys* keys, const Scalar* Kt, const Scalar* Vt, Scalar* P, Scalar* dS, Scalar* T) {
+  const Heads<const Scalar>& Q = call.queries;
+  const Index nq = Q.length, H = Q.count, dv = call.values.dim;
+  constexpr Scalar none = -std::numeric_limits<Scalar>::infinity();
+  kernel.rows_times_matrix(false, Q.at(b, h, q0), Q.row_stride, rows, Q.dim, Kt, n, n, false, nullptr, P, n);
+  kernel.rows_times_matrix(false, dO.at(b, h, q0), dO.row_stride, rows, dv, Vt, n, n, false, nullptr, dS, n);
+  bool any = false;
+  for (Index i = 0; i < rows; ++i) {
+    Scalar *p = P + i * n, *ds = dS + i * n, *t = T + i * n;
+    const Index q = q0 + i;
+    const Scalar row_lse = lse[(b * nq + q) * H + h];
+    const auto [a, z] = keys[i].within(k0, n);
+    if (a >= z || row_lse == none) {
+      std::fill(p, p + n, Scalar(0));
+      std::fill(ds, ds + n, Scalar(0));
+      continue;
+    }
+    any = true;
+    call.rule.apply(p, n, k0, a, z, false, keys[i], b, h, q, call.rule.has_softcap() ? t : nullptr);
+    kernel.exp_shifted(p + a, z - a, row_lse);
+    std::fill(p, p + a, Scalar(0));
+    std::fill(p + z, p + n, Scalar(0));
+    if (call.dropout.active()) call.dropout.apply(ds, n, b * H + h, q, k0);
+    kernel.softmax_gradient_row(p, ds, n, deltas[(b * nq + q) * H + h]);
+    if (call.rule.has_softcap())
+      for (Index j = a; j < z; ++j) ds[j] *= Scalar(1) - t[j] * t[j];
+    for (Index j = a; j < z; ++j) ds[j] *= call.rule.scale;
+    if (call.dropout.active()) call.dropout.apply(p, n, b * H + h, q, k0);
+  }
+  return any;
+}
+
+// dQ, dK, dV (as Q, K, V) of the attention whose output O and lse (batch, Q, H) the forward pass gave, from dO.
+template <class Scalar>
+void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scalar* lse,
+              const Heads<const Scalar>& dO, const Heads<Scalar>& dQ, const Heads<Scalar>& dK,
+              const Heads<Scalar>& dV, Buffers<Scalar>& buffers) {
+  const Heads<const Scalar>&Q = call.queries, &K = call.keys, &V = call.values;
+  const Index B = Q.batch, nq = Q.length, nk = K.length, H = Q.count, G = K.count, d = Q.dim, dv = V.dim;
+  const Index group = call.group();
+  for (Index b = 0; b < B; ++b) {
+    for (Index t = 0; t < nq; ++t)
+      for (Index h = 0; h < H; ++h) std::fill(dQ.at(b, h, t), dQ.at(b, h, t) + d, Scalar(0));
+    for (Index t = 0; t < nk; ++t)
+      for (Index g = 0; g < G; ++g) {
+        std::fill(dK.at(b, g, t), dK.at(b, g, t) + d, Scalar(0));
+        std::fill(dV.at(b, g, t), dV.at(b, g, t) + dv, Scalar(0));
+      }
+  }
+  if (B == 0 || nq == 0 || nk == 0 || H == 0) return;
+  const Kernels<Scalar>& kernel = kernels<Scalar>();
+  const Index qb = tuning::core_query_rows, kb = tuning::core_key_rows;
+  const Mask& mask = *call.mask;
+  const bool uniform = mask.fully_masked() == FullyMasked::uniform;
+  Buffers<Scalar>::grow(buffers.deltas, B * nq * H);
+  Scalar* deltas = buffers.deltas.data();  // (batch, Q, H): rowsum(dO * O)
+  for (Index b = 0; b < B; ++b)
+    for (Index q = 0; q < nq; ++q)
+      for (Index h = 0; h < H; ++h) {
+        const Scalar *o = O.at(b, h, q), *g = dO.at(b, h, q);
+        Scalar D = 0;
+        for (Index c = 0; c < dv; ++c) D += o[c] * g[c];
+        deltas[(b * nq + q) * H + h] = D;
+      }
+  buffers.reserve((d + dv) * kb + 3 * qb * kb, qb);
+  const Index query_blocks = (nq + qb - 1) / qb, key_blocks = (nk + kb - 1) / kb;
+  const double work = static_cast<double>(B) * H * nq * nk * (d + dv);
+
+  // dK and dV: (b, g, key block).
+  parallel_for(B * G * key_blocks, 1.5 * work, [&](Index piece, int thread) {
+    const Index block = piece % key_blocks, g = piece / key_blocks % G, b = piece / key_blocks / G;
+    const Index k0 = block * kb, n = std::min(kb, nk - k0);
+    Scalar* scratch = buffers.scratch[static_cast<std::size_t>(thread)].data();
+    Scalar *Kt = scratch, *Vt = Kt + d * kb, *P = Vt + dv * kb, *dS = P + qb * kb, *T = dS + qb * kb;
+    VisibleKeys* keys = buffers.rows[static_cast<std::size_t>(thread)].data();
+    kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
+    kernel.transpose_into(V.at(b, g, k0), V.row_stride, n, dv, Vt, n);
+    for (Index qblock = 0; qblock < query_blocks; ++qblock) {
+      const Index q0 = qblock * qb, rows = std::min(qb, nq - q0);
+      const auto [first, last] = block_visible(mask, b, q0, rows, nq, nk, keys);
+      if (uniform) {  // d2l's uniform rows: dV += dO / num_keys on every key
+        const Scalar share = Scalar(1) / static_cast<Scalar>(nk);
+        for (Index i = 0; i < rows; ++i) {
+          if (!keys[i].none()) continue;
+          for (Index hh = 0; hh < group; ++hh) {
+            const Scalar* g_row = dO.at(b, g * group + hh, q0 + i);
+            for (Index j = 0; j < n; ++j) {
+              Scalar* v = dV.at(b, g, k0 + j);
+              for (Index c = 0; c < dv; ++c) v[c] += share * g_row[c];
+            }
+          }
+        }
+      }
+      if (first >= k0 + n || last <= k0) continue;
+      for (Index hh = 0; hh < group; ++hh) {
+        const Index h = g * group + hh;
+        if (!gradient_tile(call, kernel, dO, lse, deltas, b, h, q0, rows, k0, n, keys, Kt, Vt, P, dS, T)) continue;
+        kernel.transposed_times_matrix(true, P, n, n, rows, dO.at(b, h, q0), dO.row_stride, dv, nullptr,
+                                       dV.at(b, g, k0), dV.row_stride);
+        kernel.transposed_times_matrix(true, dS, n, n, rows, Q.at(b, h, q0), Q.row_stride, d, nullptr,
+                                       dK.at(b, g, k0), dK.row_stride);
+      }
+    }
+  });
+
+  // dQ: (b, h, query block).
+  parallel_for(B * H * query_blocks, work, [&](Index piece, int thread) {
+    const Index qblock = piece % query_blocks, h = piece / query_blocks % H, b = piece / query_blocks / H;
+    const Index g = h / group, q0 = qblock * qb, rows = std::min(qb, nq - q0);
+    Scalar* scratch = buffers.scratch[static_cast<std::size_t>(thread)].data();
+    Scalar *Kt = scratch, *Vt = Kt + d * kb, *P = Vt + dv * kb, *dS = P + qb * kb, *T = dS + qb * kb;
+    VisibleKeys* keys = buffers.rows[static_cast<std::size_t>(thread)].data();
+    const auto [first, last] = block_visible(mask, b, q0, rows, nq, nk, keys);
+    for (Index k0 = first / kb * kb; k0 < last; k0 += kb) {
+      const Index n = std::min(kb, nk - k0);
+      kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
+      kernel.transpose_into(V.at(b, g, k0), V.row_stride, n, dv, Vt, n);
+      if (!gradient_tile(call, kernel, dO, lse, deltas, b, h, q0, rows, k0, n, keys, Kt, Vt, P, dS, T)) continue;
+      kernel.rows_times_matrix(true, dS, n, rows, n, K.at(b, g, k0), K.row_stride, d, false, nullptr,
+                               dQ.at(b, h, q0), dQ.row_stride);
+    }
+  });
+}
+
+}  // namespace core
+}  // namespace detail
+}  // namespace ATTEND_ABI
+}  // namespace attend

@@ -1,0 +1,96 @@
+// attend/kv_cache.hpp — one attention layer's keys and values so far, for decoding one step (or a few) at a time.
+//
+// The memory is reserved once, at construction: keys and values are each (batch, capacity, num_kv_heads * head_dim),
+// row-major, step t of batch row b at row b * capacity + t. The first size() steps of every batch row are in use;
+// attention reads them in place (detail::Heads with batch_rows = capacity), so appending a step copies only that
+// step. GroupedQueryAttention's cached call appends its keys and values (after the rotary embedding) and attends to
+// everything held; a program may also fill a cache itself with append() and pass it to scaled_dot_product_attention.
+//
+//   attend::KVCache<float> cache(1, 2, 64, 4096);   // batch 1, 2 key/value heads of 64, room for 4096 steps
+//   auto y = attention(prompt, cache);              // the prompt's steps, positions 0 .. n-1
+//   auto z = attention(next_token, cache);          // position n
+#pragma once
+
+#include <attend/config.hpp>
+#include <attend/detail/heads.hpp>
+#include <attend/tensor.hpp>
+
+#include <algorithm>
+
+namespace attend {
+inline namespace ATTEND_ABI {
+
+template <class Scalar>
+class KVCache {
+ public:
+  KVCache(Index batch, Index num_kv_heads, Index head_dim, Index capacity)
+      : batch_(batch), heads_(num_kv_heads), dim_(head_dim), capacity_(capacity) {
+    detail::require_at_least(batch, 1, "KVCache", "batch");
+    detail::require_at_least(num_kv_heads, 1, "KVCache", "num_kv_heads");
+    detail::require_at_least(head_dim, 1, "KVCache", "head_dim");
+    detail::require_at_least(capacity, 1, "KVCache", "capacity");
+    keys_.resize(batch, capacity, num_kv_heads * head_dim);    // (batch, capacity, num_kv_heads * head_dim)
+    values_.resize(batch, capacity, num_kv_heads * head_dim);  // (batch, capacity, num_kv_heads * head_dim)
+  }
+
+  Index size() const { return size_; }  // steps held, the same for every batch row
+  Index capacity() const { return capacity_; }
+  Index batch() const { return batch_; }
+  Index num_kv_heads() const { return heads_; }
+  Index head_dim() const { return dim_; }
+  Index width() const { return heads_ * dim_; }  // features of one step: num_kv_heads * head_dim
+  void clear() { size_ = 0; }
+
+  // Throws std::invalid_argument, naming where, unless steps more steps of batch() rows fit.
+  void require_room(Index batch, Index steps, const char* where) const {
+    detail::require(batch == batch_, where, ": the cache holds batch ", batch_, ", the input has batch ", batch);
+    detail::require(size_ + steps <= capacity_, where, ": the cache holds ", size_, " of ", capacity_,
+                    " steps and cannot take ", steps, " more");
+  }
+
+  // Appends steps: keys and values (batch, steps, num_kv_heads * head_dim), as Tensor3 or maps. Throws
+  // std::invalid_argument, the cache unchanged, on another batch or width or when the steps do not fit.
+  template <class Keys, class Values>
+  void append(const Keys& keys, const Values& values) {
+    static_assert(Keys::NumDimensions == 3 && Values::NumDimensions == 3,
+                  "KVCache::append: keys and values must be (batch, steps, features) tensors");
+    const Index steps = keys.dimension(1);
+    detail::require(keys.dimension(2) == width(), "KVCache::append: keys must have ", width(),
+                    " features (num_kv_heads * head_dim), got ", keys.dimension(2));
+    detail::require(values.dimension(0) == keys.dimension(0) && values.dimension(1) == steps &&
+                        values.dimension(2) == width(),
+                    "KVCache::append: values must have shape (", keys.dimension(0), ", ", steps, ", ", width(),
+                    "), got ", detail::shape_text(values.dimensions()));
+    require_room(keys.dimension(0), steps, "KVCache::append");
+    append_rows(keys.data(), values.data(), steps);
+  }
+
+  // Appends steps from (batch, steps, width()) row-major memory, checked by the caller.
+  void append_rows(const Scalar* keys, const Scalar* values, Index steps) {
+    const Index n = steps * width();
+    for (Index b = 0; b < batch_; ++b) {
+      std::copy(keys + b * n, keys + (b + 1) * n, keys_.data() + (b * capacity_ + size_) * width());
+      std::copy(values + b * n, values + (b + 1) * n, values_.data() + (b * capacity_ + size_) * width());
+    }
+    size_ += steps;
+  }
+
+  // The steps held, read in place: (batch, size(), num_kv_heads heads of head_dim).
+  detail::Heads<const Scalar> keys() const { return view(keys_.data()); }
+  detail::Heads<const Scalar> values() const { return view(values_.data()); }
+  // The whole storage, (batch, capacity, num_kv_heads * head_dim): rows [0, size()) of each batch row are in use.
+  const Tensor3<Scalar>& key_storage() const { return keys_; }
+  const Tensor3<Scalar>& value_storage() const { return values_; }
+
+ private:
+  detail::Heads<const Scalar> view(const Scalar* data) const {
+    return {data, width(), capacity_, batch_, size_, heads_, dim_};
+  }
+
+  Index batch_, heads_, dim_, capacity_;
+  Index size_ = 0;
+  Tensor3<Scalar> keys_, values_;  // (batch, capacity, num_kv_heads * head_dim) each
+};
+
+}  // namespace ATTEND_ABI
+}  // namespace attend

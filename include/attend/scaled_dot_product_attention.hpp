@@ -1,0 +1,265 @@
+// attend/scaled_dot_product_attention.hpp — attention as a function of Q, K and V: grouped-query heads, every mask
+// (valid lengths, causal, window, keep tensors), the score options (scale, softcap, ALiBi, additive bias), the
+// log-sum-exp of each row, and the backward pass from it.
+//
+//   queries (batch, Q, num_heads * d), keys (batch, K, num_kv_heads * d), values (batch, K, num_kv_heads * dv)
+//   -> output (batch, Q, num_heads * dv); lse (batch, Q, num_heads), when asked for
+//
+// Query head h reads key/value head h / (num_heads / num_kv_heads) in place (no copy per query head). Query q sits at
+// the aligned position p = q + K - Q (bottom-right, as Mask::causal()). Each score is scale * q.k, then the options
+// of attend/score_options.hpp, then the mask; the softmax runs over the keys the row sees, and lse is the log of its
+// normaliser (-inf for a row that sees no key). A row that sees no key by the mask's structure follows the mask's
+// FullyMasked rule (attend/mask.hpp): a zero row, or d2l's mean of every value.
+//
+// Every tensor argument is a Tensor3 or a map of the caller's memory (ConstTensorMap3, TensorMap3), read in place;
+// any other Eigen expression does not compile. The overload with an out-parameter writes into the caller's buffer and,
+// from the second call of a shape on, allocates nothing. The overload with a KVCache reads the cache's steps in place.
+// Results do not depend on the number of threads (attend/threads.hpp). The work is done by detail/core/attention.hpp.
+#pragma once
+
+#include <attend/attention_gradients.hpp>
+#include <attend/config.hpp>
+#include <attend/detail/core/attention.hpp>
+#include <attend/detail/views.hpp>
+#include <attend/kv_cache.hpp>
+#include <attend/mask.hpp>
+#include <attend/score_options.hpp>
+#include <attend/tensor.hpp>
+
+#include <cmath>
+#include <type_traits>
+
+namespace attend {
+inline namespace ATTEND_ABI {
+namespace detail {
+
+// The scalar type of an argument: its Scalar, so that a wrong argument reaches check_input3's message.
+template <class T, class = void>
+struct ArgumentScalar {
+  using type = float;
+};
+template <class T>
+struct ArgumentScalar<T, std::void_t<typename T::Scalar>> {
+  using type = std::remove_const_t<typename T::Scalar>;
+};
+template <class T>
+using argument_scalar = typename ArgumentScalar<std::remove_cv_t<std::remove_reference_t<T>>>::type;
+
+// The sizes of one call.
+struct AttentionShape {
+  Index batch, queries, keys, heads, kv_heads, dim, value_dim;
+};
+
+// Throws std::invalid_argument, naming `where` and the argument, unless the score options fit the call.
+template <class Scalar>
+void require_score_options(const ScoreOptions<Scalar>& options, const AttentionShape& s, const char* where) {
+  require(std::isfinite(options.scale), where, ": options.scale must be finite (0 means 1 / sqrt(head_dim)), got ",
+          options.scale);
+  require(std::isfinite(options.softcap) && options.softcap >= Scalar(0), where,
+          ": options.softcap must be >= 0 and finite (0: none), got ", options.softcap);
+  require(options.alibi_slopes.empty() || static_cast<Index>(options.alibi_slopes.size()) == s.heads, where,
+          ": options.alibi_slopes must be empty or hold one slope per query head, ", s.heads, ", got ",
+          options.alibi_slopes.size());
+  if (options.bias.size() == 0) return;
+  const auto& d = options.bias.dimensions();
+  const bool rows = d[0] == s.batch * s.heads || d[0] == s.batch || d[0] == 1;
+  require(rows && d[1] == s.queries && d[2] == s.keys, where, ": options.bias must have shape (", s.batch * s.heads,
+          " | ", s.batch, " | 1, ", s.queries, ", ", s.keys, ") (batch * num_heads | batch | 1, queries, keys), got ",
+          shape_text(d));
+}
+
+// Checks the queries and the heads, then keys and values of `keys` steps; returns the call's sizes.
+template <class Scalar, class QueryMap>
+AttentionShape attention_shape(const QueryMap& queries, Index num_heads, Index num_kv_heads, const char* where) {
+  require(num_heads >= 1, where, ": num_heads must be >= 1, got ", num_heads);
+  require(num_kv_heads >= 1 && num_heads % num_kv_heads == 0, where,
+          ": num_kv_heads must be >= 1 and divide num_heads (", num_heads, "), got ", num_kv_heads);
+  require(queries.dimension(2) % num_heads == 0, where, ": queries must have a multiple of num_heads (", num_heads,
+          ") features, got ", queries.dimension(2));
+  return {queries.dimension(0), queries.dimension(1), 0, num_heads, num_kv_heads, queries.dimension(2) / num_heads,
+          0};
+}
+
+template <class Scalar, class KeyMap, class ValueMap>
+void require_keys_values(const KeyMap& keys, const ValueMap& values, AttentionShape& s, const char* where) {
+  require(keys.dimension(0) == s.batch, where, ": keys must have batch ", s.batch, " (the queries'), got ",
+          keys.dimension(0));
+  require(values.dimension(0) == s.batch && values.dimension(1) == keys.dimension(1), where,
+          ": values must have shape (", s.batch, ", ", keys.dimension(1), ", ...) like the keys, got ",
+          shape_text(values.dimensions()));
+  require(keys.dimension(2) == s.kv_heads * s.dim, where, ": keys must have num_kv_heads * head_dim = ", s.kv_heads,
+          " * ", s.dim, " = ", s.kv_heads * s.dim, " features (head_dim from the queries), got ", keys.dimension(2));
+  require(values.dimension(2) % s.kv_heads == 0, where, ": values must have a multiple of num_kv_heads (",
+          s.kv_heads, ") features, got ", values.dimension(2));
+  s.keys = keys.dimension(1);
+  s.value_dim = values.dimension(2) / s.kv_heads;
+}
+
+template <class Scalar>
+void require_output(const Eigen::TensorMap<Tensor3<Scalar>>& out, const AttentionShape& s, const char* where) {
+  require(out.dimension(0) == s.batch && out.dimension(1) == s.queries && out.dimension(2) == s.heads * s.value_dim,
+          where, ": out must have shape (", s.batch, ", ", s.queries, ", ", s.heads * s.value_dim,
+          ") (batch, queries, num_heads * value_dim), got ", shape_text(out.dimensions()));
+}
+
+// The core's memory for the functional calls, one per thread and Scalar.
+template <class Scalar>
+core::Buffers<Scalar>& attention_buffers() {
+  thread_local core::Buffers<Scalar> buffers;
+  return buffers;
+}
+
+// The forward pass over checked heads views: out (batch, Q, H * dv); lse resized to (batch, Q, H) when not null.
+template <class Scalar>
+void attention_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K, const Heads<const Scalar>& V,
+                     const Mask& mask, const ScoreOptions<Scalar>& options, const AttentionDropout& dropout,
+                     Tensor3<Scalar>* lse, const Heads<Scalar>& out, core::Buffers<Scalar>& buffers) {
+  core::Call<Scalar> call{Q, K, V, &mask, core::score_rule(options, Q.batch, Q.count, Q.length, K.length, Q.dim),
+                          dropout};
+  if (lse != nullptr) lse->resize(Q.batch, Q.length, Q.count);
+  core::forward(call, out, lse != nullptr ? lse->data() : nullptr, buffers);
+}
+
+template <class Scalar, class Queries, class Keys, class Values>
+void attention_into(const Queries& queries, const Keys& keys, const Values& values, Index num_heads,
+                    Index num_kv_heads, const Mask& mask, const ScoreOptions<Scalar>& options, Tensor3<Scalar>* lse,
+                    const Eigen::TensorMap<Tensor3<Scalar>>& out, const char* where) {
+  const auto q = input3<Scalar>(queries);
+  const auto k = input3<Scalar>(keys);
+  const auto v = input3<Scalar>(values);
+  AttentionShape s = attention_shape<Scalar>(q, num_heads, num_kv_heads, where);
+  require_keys_values<Scalar>(k, v, s, where);
+  mask.require_shape(s.batch, s.queries, s.keys, where);
+  require_score_options(options, s, where);
+  require_output(out, s, where);
+  attention_heads<Scalar>(heads_of_map<const Scalar>(q, num_heads), heads_of_map<const Scalar>(k, num_kv_heads),
+                          heads_of_map<const Scalar>(v, num_kv_heads), mask, options, AttentionDropout{}, lse,
+                          heads_of_map<Scalar>(out, num_heads), attention_buffers<Scalar>());
+}
+
+template <class Scalar, class Queries>
+void cached_attention_into(const Queries& queries, const KVCache<Scalar>& cache, Index num_heads, const Mask& mask,
+                           const ScoreOptions<Scalar>& options, Tensor3<Scalar>* lse,
+                           const Eigen::TensorMap<Tensor3<Scalar>>& out, const char* where) {
+  const auto q = input3<Scalar>(queries);
+  AttentionShape s = attention_shape<Scalar>(q, num_heads, cache.num_kv_heads(), where);
+  require(s.batch == cache.batch(), where, ": queries must have the cache's batch ", cache.batch(), ", got ",
+          s.batch);
+  require(s.dim == cache.head_dim(), where, ": queries must have num_heads * head_dim = ", num_heads, " * ",
+          cache.head_dim(), " features (the cache's head_dim), got ", q.dimension(2));
+  s.keys = cache.size();
+  s.value_dim = cache.head_dim();
+  mask.require_shape(s.batch, s.queries, s.keys, where);
+  require_score_options(options, s, where);
+  require_output(out, s, where);
+  attention_heads<Scalar>(heads_of_map<const Scalar>(q, num_heads), cache.keys(), cache.values(), mask, options,
+                          AttentionDropout{}, lse, heads_of_map<Scalar>(out, num_heads), attention_buffers<Scalar>());
+}
+
+}  // namespace detail
+
+// -> (batch, Q, num_heads * dv); lse, when not null, receives (batch, Q, num_heads).
+template <class Queries, class Keys, class Values, class Scalar = detail::argument_scalar<Queries>>
+Tensor3<Scalar> scaled_dot_product_attention(const Queries& queries, const Keys& keys, const Values& values,
+                                             Index num_heads, Index num_kv_heads, const Mask& mask = {},
+                                             const ScoreOptions<Scalar>& options = {}, Tensor3<Scalar>* lse = nullptr) {
+  detail::check_input3<Scalar, Queries>();
+  detail::check_input3<Scalar, Values>();
+  const Index heads = std::max(num_heads, Index(1)), kv_heads = std::max(num_kv_heads, Index(1));
+  Tensor3<Scalar> out(queries.dimension(0), queries.dimension(1),
+                      values.dimension(2) / kv_heads * heads);  // (batch, Q, num_heads * dv)
+  detail::attention_into<Scalar>(queries, keys, values, num_heads, num_kv_heads, mask, options, lse,
+                                 Eigen::TensorMap<Tensor3<Scalar>>(out.data(), out.dimensions()),
+                                 "scaled_dot_product_attention");
+  return out;
+}
+
+// The same into out, (batch, Q, num_heads * dv): a Tensor3 of that shape or a TensorMap3.
+template <class Queries, class Keys, class Values, class Out, class Scalar = detail::argument_scalar<Queries>>
+void scaled_dot_product_attention(const Queries& queries, const Keys& keys, const Values& values, Index num_heads,
+                                  Index num_kv_heads, const Mask& mask, const ScoreOptions<Scalar>& options,
+                                  Tensor3<Scalar>* lse, Out&& out) {
+  detail::attention_into<Scalar>(queries, keys, values, num_heads, num_kv_heads, mask, options, lse,
+                                 detail::output3<Scalar>(out), "scaled_dot_product_attention");
+}
+
+// Against the steps a cache holds (its keys and values read in place): -> (batch, Q, num_heads * head_dim).
+template <class Queries, class Scalar = detail::argument_scalar<Queries>>
+Tensor3<Scalar> scaled_dot_product_attention(const Queries& queries, const KVCache<Scalar>& cache, Index num_heads,
+                                             const Mask& mask = {}, const ScoreOptions<Scalar>& options = {},
+                                             Tensor3<Scalar>* lse = nullptr) {
+  detail::check_input3<Scalar, Queries>();
+  Tensor3<Scalar> out(queries.dimension(0), queries.dimension(1),
+                      std::max(num_heads, Index(1)) * cache.head_dim());  // (batch, Q, num_heads * head_dim)
+  detail::cached_attention_into<Scalar>(queries, cache, num_heads, mask, options, lse,
+                                        Eigen::TensorMap<Tensor3<Scalar>>(out.data(), out.dimensions()),
+                                        "scaled_dot_product_attention");
+  return out;
+}
+
+template <class Queries, class Out, class Scalar = detail::argument_scalar<Queries>>
+void scaled_dot_product_attention(const Queries& queries, const KVCache<Scalar>& cache, Index num_heads,
+                                  const Mask& mask, const ScoreOptions<Scalar>& options, Tensor3<Scalar>* lse,
+                                  Out&& out) {
+  detail::cached_attention_into<Scalar>(queries, cache, num_heads, mask, options, lse, detail::output3<Scalar>(out),
+                                        "scaled_dot_product_attention");
+}
+
+namespace detail {
+
+// The backward pass over checked heads views into dQ, dK, dV (as Q, K, V).
+template <class Scalar>
+void attention_backward_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K,
+                              const Heads<const Scalar>& V, const Heads<const Scalar>& O, const Scalar* lse,
+                              const Heads<const Scalar>& dO, const Mask& mask, const ScoreOptions<Scalar>& options,
+                              const AttentionDropout& dropout, const Heads<Scalar>& dQ, const Heads<Scalar>& dK,
+                              const Heads<Scalar>& dV, core::Buffers<Scalar>& buffers) {
+  core::Call<Scalar> call{Q, K, V, &mask, core::score_rule(options, Q.batch, Q.count, Q.length, K.length, Q.dim),
+                          dropout};
+  core::backward(call, O, lse, dO, dQ, dK, dV, buffers);
+}
+
+}  // namespace detail
+
+// The gradients of scaled_dot_product_attention with respect to its queries, keys and values, given its output and
+// lse (batch, Q, num_heads) and grad_output (batch, Q, num_heads * dv), the gradient of the loss at the output.
+template <class Queries, class Keys, class Values, class Output, class Lse, class GradOutput,
+          class Scalar = detail::argument_scalar<Queries>>
+AttentionGradients<Scalar> scaled_dot_product_attention_backward(const Queries& queries, const Keys& keys,
+                                                                 const Values& values, const Output& output,
+                                                                 const Lse& lse, const GradOutput& grad_output,
+                                                                 Index num_heads, Index num_kv_heads,
+                                                                 const Mask& mask = {},
+                                                                 const ScoreOptions<Scalar>& options = {}) {
+  constexpr const char* where = "scaled_dot_product_attention_backward";
+  const auto q = detail::input3<Scalar>(queries);
+  const auto k = detail::input3<Scalar>(keys);
+  const auto v = detail::input3<Scalar>(values);
+  const auto o = detail::input3<Scalar>(output);
+  const auto l = detail::input3<Scalar>(lse);
+  const auto g = detail::input3<Scalar>(grad_output);
+  detail::AttentionShape s = detail::attention_shape<Scalar>(q, num_heads, num_kv_heads, where);
+  detail::require_keys_values<Scalar>(k, v, s, where);
+  mask.require_shape(s.batch, s.queries, s.keys, where);
+  detail::require_score_options(options, s, where);
+  const std::array<Index, 3> out_shape{s.batch, s.queries, s.heads * s.value_dim};
+  detail::require(o.dimensions() == out_shape, where, ": output must have shape ", detail::shape_text(out_shape),
+                  " (batch, queries, num_heads * value_dim), got ", detail::shape_text(o.dimensions()));
+  detail::require(g.dimensions() == out_shape, where, ": grad_output must have shape ",
+                  detail::shape_text(out_shape), " (the output's), got ", detail::shape_text(g.dimensions()));
+  const std::array<Index, 3> lse_shape{s.batch, s.queries, s.heads};
+  detail::require(l.dimensions() == lse_shape, where, ": lse must have shape ", detail::shape_text(lse_shape),
+                  " (batch, queries, num_heads), got ", detail::shape_text(l.dimensions()));
+  AttentionGradients<Scalar> grads{Tensor3<Scalar>(q.dimensions()), Tensor3<Scalar>(k.dimensions()),
+                                   Tensor3<Scalar>(v.dimensions())};
+  detail::attention_backward_heads<Scalar>(
+      detail::heads_of_map<const Scalar>(q, num_heads), detail::heads_of_map<const Scalar>(k, num_kv_heads),
+      detail::heads_of_map<const Scalar>(v, num_kv_heads), detail::heads_of_map<const Scalar>(o, num_heads),
+      l.data(), detail::heads_of_map<const Scalar>(g, num_heads), mask, options, detail::AttentionDropout{},
+      detail::heads_of_map<Scalar>(grads.queries, num_heads), detail::heads_of_map<Scalar>(grads.keys, num_kv_heads),
+      detail::heads_of_map<Scalar>(grads.values, num_kv_heads), detail::attention_buffers<Scalar>());
+  return grads;
+}
+
+}  // namespace ATTEND_ABI
+}  // namespace attend
