@@ -180,6 +180,30 @@ TEST_CASE("Fixture rejects malformed files", "[fixture]") {
   CHECK(good.names() == std::vector<std::string>{"X", "s", "z"});
 }
 
+TEST_CASE("Fixture reads infinities, as the modern fixtures write them", "[fixture]") {
+  // make_modern_fixtures.py writes a bias that hides a key, and the lse of a row that sees no key, as -inf.
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto dir = write_temp_fixture("infinities", "b 3 1 2 2\n-inf 0.5\ninf -1\nn 1 2\n1 -inf\n");
+  const attend_test::Fixture f(std::string("infinities"), dir);
+  const auto b = f.tensor3<double>("b");
+  CHECK(b(0, 0, 0) == -inf);
+  CHECK(b(0, 0, 1) == 0.5);
+  CHECK(b(0, 1, 0) == inf);
+  CHECK(b(0, 1, 1) == -1.0);
+  CHECK(f.tensor3<float>("b")(0, 0, 0) == -std::numeric_limits<float>::infinity());  // still -inf in float
+  CHECK_THROWS_WITH(f.index_vector("n"), Contains("expected integer values"));  // an infinity is not an integer
+
+  // The real files: sdpa_bias_heads hides keys by a bias of -inf, sdpa_zero_rows has rows of lse -inf.
+  const attend_test::Fixture bias_heads("sdpa_bias_heads"), zero_rows("sdpa_zero_rows");
+  const auto count = [](const attend::Tensor3<double>& X, double value) {
+    Index n = 0;
+    for (Index i = 0; i < X.size(); ++i) n += X.data()[i] == value;
+    return n;
+  };
+  CHECK(count(bias_heads.tensor3<double>("bias"), -inf) > 0);
+  CHECK(count(zero_rows.tensor3<double>("lse"), -inf) == 8);  // B=2, query rows 0 and 1, H=2
+}
+
 TEST_CASE("Near passes on identical tensors", "[matchers]") {
   const attend_test::Fixture fx("mha_h2_bias_1d");
   const auto output = fx.tensor3<double>("output");

@@ -1,7 +1,9 @@
-// attend::Mask: causal and keep masks, their AND with valid lengths, and the rule for a query that sees no key.
+// attend::Mask: causal, keep and window masks, their AND with valid lengths, and the rule for a query that sees no
+// key.
 // Golden tests against PyTorch (fixtures mask_*, made by tests/reference/make_fixtures.py from d2l's code with a
 // boolean keep mask), properties from the definitions in mask.hpp, and every bad-input path.
 #include <attend/additive_attention.hpp>
+#include <attend/attention_path.hpp>
 #include <attend/dot_product_attention.hpp>
 #include <attend/mask.hpp>
 #include <attend/masked_softmax.hpp>
@@ -10,6 +12,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstddef>
 #include <iterator>
 #include <limits>
 #include <random>
@@ -693,4 +696,238 @@ TEMPLATE_TEST_CASE("a braced list of lengths is a Mask of valid lengths per batc
   const attend::Tensor3<TestType> braced = attend::masked_softmax(X, {1, 3});
   const attend::Tensor3<TestType> lens = attend::masked_softmax(X, attend::ValidLens{1, 3});
   REQUIRE_THAT(braced, attend_test::Near(lens, attend_test::Tolerance<TestType>{0, 0}));
+}
+
+// ---- sliding windows ----------------------------------------------------------------------------------------------
+
+namespace {
+
+// Written from the rule in API.md, independently of mask.hpp: query q of Q, at aligned position p = q + K - Q, sees
+// key j of K when p - left <= j <= p + right.
+struct Window {
+  Index left, right;
+  bool keeps(Index q, Index j, Index num_queries, Index num_keys) const {
+    const Index p = q + num_keys - num_queries;
+    return p - j <= left && j - p <= right;  // as p - left <= j <= p + right, without overflow for the largest sides
+  }
+};
+
+// parts && every window, as a Mask.
+Mask with_windows(const Parts& parts, const std::vector<Window>& windows) {
+  Mask m = parts.mask();
+  for (const Window& w : windows) m = m && Mask::window(w.left, w.right);
+  return m;
+}
+
+// The same, from the definitions: (batch, num_queries, num_keys).
+Tensor3<bool> window_keep(const Parts& parts, const std::vector<Window>& windows, Index batch, Index num_queries,
+                          Index num_keys) {
+  Tensor3<bool> K(batch, num_queries, num_keys);
+  for (Index b = 0; b < batch; ++b)
+    for (Index q = 0; q < num_queries; ++q)
+      for (Index j = 0; j < num_keys; ++j) {
+        bool kept = parts.keeps(b, q, j, num_queries, num_keys);
+        for (const Window& w : windows) kept = kept && w.keeps(q, j, num_queries, num_keys);
+        K(b, q, j) = kept;
+      }
+  return K;
+}
+
+// Every key of `mask` (b, q, j) against `expected`, element by element through keeps(), and visible_keys() as the
+// narrowest range around those keys (first == last when there is none; no keep row, so no hole, unless a keep
+// tensor is part of the mask).
+void require_keeps(const Mask& mask, const Tensor3<bool>& expected) {
+  const Index batch = expected.dimension(0), num_queries = expected.dimension(1), num_keys = expected.dimension(2);
+  for (Index b = 0; b < batch; ++b)
+    for (Index q = 0; q < num_queries; ++q) {
+      CAPTURE(b, q);
+      Index first = -1, last = -1;
+      for (Index j = 0; j < num_keys; ++j) {
+        CAPTURE(j);
+        REQUIRE(mask.keeps(b, q, j, num_queries, num_keys) == expected(b, q, j));
+        if (expected(b, q, j)) {
+          if (first < 0) first = j;
+          last = j + 1;
+        }
+      }
+      const attend::VisibleKeys keys = mask.visible_keys(b, q, num_queries, num_keys);
+      REQUIRE(keys.none() == (first < 0));
+      REQUIRE((0 <= keys.first && keys.first <= keys.last && keys.last <= num_keys));
+      if (first >= 0) {
+        REQUIRE(keys.first == first);
+        REQUIRE(keys.last == last);
+      }
+      if (!mask.has_elementwise()) REQUIRE(keys.is_range());
+    }
+}
+
+// The (left, right) sides the property tests try: none, one-sided, two-sided, wider than any shape here, and the
+// largest Index (no limit on that side).
+std::vector<Window> some_windows() {
+  const Index huge = std::numeric_limits<Index>::max();
+  return {{0, 0}, {1, 0}, {0, 1}, {2, 1}, {3, 0}, {1, 4}, {6, 6}, {50, 50}, {huge, 0}, {0, huge}, {huge, huge}};
+}
+
+}  // namespace
+
+TEST_CASE("a window keeps exactly the keys p - left <= j <= p + right, p the aligned position", "[mask][window]") {
+  const Mask w = Mask::window(2, 1);
+  CHECK(w.has_window());
+  CHECK(w.window_left() == 2);
+  CHECK(w.window_right() == 1);
+  CHECK_FALSE(w.empty());
+  CHECK_FALSE(w.is_causal());
+  CHECK_FALSE(w.has_elementwise());
+  CHECK_FALSE(Mask().has_window());
+  CHECK_FALSE(Mask::causal().has_window());
+  // 4 queries, 4 keys: p = q. Query 2 sees keys 0 .. 3.
+  CHECK(w.visible_keys(0, 2, 4, 4).first == 0);
+  CHECK(w.visible_keys(0, 2, 4, 4).last == 4);
+  CHECK(w.visible_keys(0, 3, 4, 4).first == 1);
+  // 2 queries, 6 keys (a decoder with 4 cached keys): p = q + 4. Query 0 sees keys 2 .. 5, query 1 keys 3 .. 5.
+  CHECK(w.visible_keys(0, 0, 2, 6).first == 2);
+  CHECK(w.visible_keys(0, 0, 2, 6).last == 6);
+  CHECK(w.visible_keys(0, 1, 2, 6).first == 3);
+  // 6 queries, 2 keys: p = q - 4. Queries 0 .. 2 see nothing (p + 1 < 0), query 3 sees key 0 only.
+  for (Index q = 0; q < 3; ++q) CHECK(w.visible_keys(0, q, 6, 2).none());
+  CHECK(w.visible_keys(0, 3, 6, 2).first == 0);
+  CHECK(w.visible_keys(0, 3, 6, 2).last == 1);
+  // Mistral's window of W = 3 keys: window(2, 0), alone or with causal.
+  const Mask mistral = Mask::window(2, 0);
+  for (const Mask& m : {mistral, mistral && Mask::causal(), Mask::causal() && mistral})
+    for (Index q = 0; q < 5; ++q)
+      for (Index j = 0; j < 5; ++j) {
+        CAPTURE(q, j);
+        CHECK(m.keeps(0, q, j, 5, 5) == (j <= q && j >= q - 2));
+      }
+}
+
+TEST_CASE("window masks, alone and ANDed with every other part, keep exactly the rule's keys", "[mask][window]") {
+  std::mt19937 rng(41);
+  const Index batch = 2;
+  // Q == K, Q < K (decoding), Q > K (rows that see no key), and a single query or key.
+  for (const auto& [num_queries, num_keys] :
+       {std::pair<Index, Index>{5, 5}, {3, 8}, {8, 3}, {1, 6}, {6, 1}, {1, 1}}) {
+    const std::vector<Parts> parts = some_parts(batch, num_queries, num_keys, rng);
+    for (std::size_t i = 0; i < parts.size(); ++i)
+      for (const Window& w : some_windows()) {
+        CAPTURE(num_queries, num_keys, i, w.left, w.right);
+        const Tensor3<bool> expected = window_keep(parts[i], {w}, batch, num_queries, num_keys);
+        require_keeps(with_windows(parts[i], {w}), expected);
+        // The window first: && is symmetric.
+        require_keeps(Mask::window(w.left, w.right) && parts[i].mask(), expected);
+      }
+  }
+}
+
+TEST_CASE("the AND of two windows takes the narrower of each side", "[mask][window]") {
+  const std::vector<Window> windows = some_windows();
+  for (const Window& a : windows)
+    for (const Window& b : windows) {
+      CAPTURE(a.left, a.right, b.left, b.right);
+      const Mask both = Mask::window(a.left, a.right) && Mask::window(b.left, b.right);
+      REQUIRE(both.has_window());
+      REQUIRE(both.window_left() == std::min(a.left, b.left));
+      REQUIRE(both.window_right() == std::min(a.right, b.right));
+      for (const auto& [num_queries, num_keys] : {std::pair<Index, Index>{4, 4}, {2, 7}, {7, 2}}) {
+        CAPTURE(num_queries, num_keys);
+        require_keeps(both, window_keep(Parts{}, {a, b}, 1, num_queries, num_keys));
+        // With causal and valid lengths between them too.
+        Parts lens;
+        lens.lens = ValidLens{num_keys - 1};
+        lens.causal = true;
+        require_keeps(Mask::window(a.left, a.right) && lens.mask() && Mask::window(b.left, b.right),
+                      window_keep(lens, {a, b}, 1, num_queries, num_keys));
+      }
+    }
+  // A window ANDed with a mask without one keeps its sides.
+  const Mask one = Mask::window(3, 1) && Mask::causal();
+  CHECK(one.window_left() == 3);
+  CHECK(one.window_right() == 1);
+  const Mask other = Mask(ValidLens{2}) && Mask::window(0, 5);
+  CHECK(other.window_left() == 0);
+  CHECK(other.window_right() == 5);
+}
+
+TEST_CASE("a window travels with the rule for a fully masked query", "[mask][window]") {
+  const Mask zero = Mask::window(1, 0).when_fully_masked(FullyMasked::zero);
+  CHECK(zero.has_window());
+  CHECK(zero.fully_masked() == FullyMasked::zero);
+  const Mask both = zero && Mask::causal();
+  CHECK(both.has_window());
+  CHECK(both.fully_masked() == FullyMasked::zero);
+  CHECK(both.window_left() == 1);
+}
+
+TEST_CASE("a window with a negative side is rejected, naming it", "[mask][window][errors]") {
+  REQUIRE_THROWS_MATCHES(Mask::window(-1, 0), std::invalid_argument,
+                         Message("Mask::window: left must be >= 0, got -1"));
+  REQUIRE_THROWS_MATCHES(Mask::window(0, -3), std::invalid_argument,
+                         Message("Mask::window: right must be >= 0, got -3"));
+  REQUIRE_THROWS_AS(Mask::window(-2, -2), std::invalid_argument);
+  REQUIRE_THROWS_AS(Mask::window(std::numeric_limits<Index>::min(), 0), std::invalid_argument);
+  REQUIRE_NOTHROW(Mask::window(0, 0));
+}
+
+TEMPLATE_TEST_CASE("DotProductAttention and MultiHeadAttention give a window's output as its keep tensor's, on both "
+                   "paths",
+                   "[mask][window]", float, double) {
+  // The same keys through a window (a range per row, which both paths cut their products to) and through the keep
+  // tensor built from the rule (a keep row per row): the same output, and on the direct path the same weights.
+  // Shapes beyond one tile of the tiled path (128 query rows, 256 or 128 keys) let it skip whole key blocks.
+  std::mt19937 rng(42);
+  const Index batch = 2;
+  Index blind_cases = 0;
+  for (const auto& [num_queries, num_keys] :
+       {std::pair<Index, Index>{5, 5}, {3, 9}, {9, 3}, {1, 7}, {300, 300}, {150, 400}, {400, 150}}) {
+    const Tensor3<TestType> queries = random_tensor<TestType>(batch, num_queries, 6, rng);
+    const Tensor3<TestType> keys = random_tensor<TestType>(batch, num_keys, 6, rng);
+    const Tensor3<TestType> values = random_tensor<TestType>(batch, num_keys, 4, rng);
+    Parts none, lens, causal, keep;
+    lens.lens = ValidLens{num_keys / 2, 0};  // batch row 1 sees no key
+    causal.causal = true;
+    keep.keep = random_keep(batch, num_queries, num_keys, rng, 0.7);
+    const std::vector<std::pair<Parts, std::vector<Window>>> cases = {
+        {none, {{0, 0}}},   {none, {{2, 1}}},       {none, {{1, 0}}},  // Q > K: early rows see no key
+        {none, {{20, 5}}},  {causal, {{3, 0}}},     {lens, {{2, 2}}},  {keep, {{1, 3}}},
+        {none, {{4, 1}, {2, 6}}}, {causal, {{64, 0}}}};
+    for (std::size_t c = 0; c < cases.size(); ++c) {
+      const auto& [parts, windows] = cases[c];
+      const Tensor3<bool> K = window_keep(parts, windows, batch, num_queries, num_keys);
+      bool blind = false;  // some row sees no key
+      for (Index b = 0; b < batch; ++b)
+        for (Index q = 0; q < num_queries; ++q) {
+          bool any = false;
+          for (Index j = 0; j < num_keys; ++j) any = any || K(b, q, j);
+          blind = blind || !any;
+        }
+      blind_cases += blind ? 1 : 0;
+      for (const FullyMasked rule : {FullyMasked::uniform, FullyMasked::zero}) {
+        const Mask window = with_windows(parts, windows).when_fully_masked(rule);
+        const Mask as_keep = Mask::keep(K).when_fully_masked(rule);
+        for (const attend::AttentionPath path : {attend::AttentionPath::direct, attend::AttentionPath::tiled}) {
+          CAPTURE(num_queries, num_keys, c, blind, attend::to_string(rule), path);
+          attend::DotProductAttention<TestType> dot(TestType(0.5));
+          dot.eval();
+          dot.set_path(path);
+          const Tensor3<TestType> dot_keep = dot(queries, keys, values, as_keep);
+          const Tensor3<TestType> dot_keep_weights =
+              path == attend::AttentionPath::direct ? dot.attention_weights() : Tensor3<TestType>();
+          REQUIRE_THAT(dot(queries, keys, values, window), attend_test::Near(dot_keep, exact<TestType>()));
+          if (path == attend::AttentionPath::direct)
+            REQUIRE_THAT(dot.attention_weights(), attend_test::Near(dot_keep_weights, exact<TestType>()));
+          REQUIRE_THAT(dot.forward(queries, keys, values, window), attend_test::Near(dot_keep, exact<TestType>()));
+
+          attend::Generator generator(7);
+          attend::MultiHeadAttention<TestType> mha(6, 6, 4, 8, 2, TestType(0.5), true, generator);
+          mha.eval();
+          mha.set_path(path);
+          const Tensor3<TestType> mha_keep = mha(queries, keys, values, as_keep);
+          REQUIRE_THAT(mha(queries, keys, values, window), attend_test::Near(mha_keep, exact<TestType>()));
+          REQUIRE_THAT(mha.forward(queries, keys, values, window), attend_test::Near(mha_keep, exact<TestType>()));
+        }
+      }
+    }
+  }
+  REQUIRE(blind_cases > 0);
 }

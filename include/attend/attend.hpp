@@ -9,7 +9,9 @@
 #include <attend/dot_product_attention.hpp>
 #include <attend/dropout.hpp>
 #include <attend/from_torch.hpp>
+#include <attend/grouped_query_attention.hpp>
 #include <attend/isa.hpp>
+#include <attend/kv_cache.hpp>
 #include <attend/linear.hpp>
 #include <attend/loss.hpp>
 #include <attend/mask.hpp>
@@ -21,7 +23,10 @@
 #include <attend/positional_encoding.hpp>
 #include <attend/random.hpp>
 #include <attend/rnn.hpp>
+#include <attend/rotary_embedding.hpp>
 #include <attend/safetensors.hpp>
+#include <attend/scaled_dot_product_attention.hpp>
+#include <attend/score_options.hpp>
 #include <attend/sequence_encoders.hpp>
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>

@@ -11,11 +11,10 @@
 //   auto z = attention(next_token, cache);          // position n
 #pragma once
 
+#include <algorithm>
 #include <attend/config.hpp>
 #include <attend/detail/heads.hpp>
 #include <attend/tensor.hpp>
-
-#include <algorithm>
 
 namespace attend {
 inline namespace ATTEND_ABI {
@@ -57,10 +56,10 @@ class KVCache {
     const Index steps = keys.dimension(1);
     detail::require(keys.dimension(2) == width(), "KVCache::append: keys must have ", width(),
                     " features (num_kv_heads * head_dim), got ", keys.dimension(2));
-    detail::require(values.dimension(0) == keys.dimension(0) && values.dimension(1) == steps &&
-                        values.dimension(2) == width(),
-                    "KVCache::append: values must have shape (", keys.dimension(0), ", ", steps, ", ", width(),
-                    "), got ", detail::shape_text(values.dimensions()));
+    detail::require(
+        values.dimension(0) == keys.dimension(0) && values.dimension(1) == steps && values.dimension(2) == width(),
+        "KVCache::append: values must have shape (", keys.dimension(0), ", ", steps, ", ", width(), "), got ",
+        detail::shape_text(values.dimensions()));
     require_room(keys.dimension(0), steps, "KVCache::append");
     append_rows(keys.data(), values.data(), steps);
   }

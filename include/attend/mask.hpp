@@ -1,6 +1,6 @@
 // attend/mask.hpp — which keys each query may attend to, and what a query that may attend to none gets.
 //
-// A Mask is the AND of up to three parts, each optional (a default Mask keeps every key). Key j of query q in batch
+// A Mask is the AND of up to four parts, each optional (a default Mask keeps every key). Key j of query q in batch
 // row b is kept by
 //   valid lengths   ValidLens, (batch,) or (batch, queries)        when j < len(b, q)
 //   causal          Mask::causal()                                 when j <= q + (keys - queries)
@@ -9,7 +9,8 @@
 //   window          Mask::window(left, right)                      when p - left <= j <= p + right, p = q + (keys -
 //                                                                  queries) the query's aligned position
 // Mask::window(W - 1, 0) && Mask::causal() (or Mask::window(W - 1, 0) alone) is Mistral's sliding window of W keys,
-// the query's own key among them. A ValidLens converts to a Mask implicitly, so every call that took valid lengths takes a Mask unchanged:
+// the query's own key among them; two windows AND into the narrower of each side. A ValidLens converts to a Mask
+// implicitly, so every call that took valid lengths takes a Mask unchanged:
 //   attention(X, X, X, ValidLens{3, 2})
 //   attention(X, X, X, ValidLens{3, 2} && Mask::causal())
 //   attention(X, X, X, Mask::keep(K).when_fully_masked(FullyMasked::zero))
@@ -209,14 +210,19 @@ class Mask {
     return prefix;
   }
 
-  // The keys query q of batch row b sees: visible_prefix() and, with a keep tensor, keep_row() narrowed to its first
-  // and last kept key. Throws std::invalid_argument as keep_row() does.
+  // The keys query q of batch row b sees: visible_prefix(), cut to the window's [p - left, p + right] when there is
+  // one, and, with a keep tensor, keep_row() narrowed to its first and last kept key. Throws std::invalid_argument as
+  // keep_row() does.
   VisibleKeys visible_keys(Index b, Index q, Index num_queries, Index num_keys) const {
     VisibleKeys keys{0, visible_prefix(b, q, num_queries, num_keys), keep_row(b, q)};
     if (window_) {
-      const Index p = q + num_keys - num_queries;  // the aligned position
-      keys.first = std::clamp(p - left_, Index(0), num_keys);
-      keys.last = std::min(keys.last, std::clamp(p + right_ + 1, Index(0), num_keys));
+      const Index p = q + num_keys - num_queries;  // the aligned position, in [num_keys - num_queries, num_keys)
+      // A side of num_keys + num_queries or more already reaches past every key from any p: capped there, so that
+      // p - left and p + right + 1 cannot overflow (Mask::window(0, max()) is a valid "no right limit").
+      const Index reach = num_keys + num_queries;
+      const Index left = std::min(left_, reach), right = std::min(right_, reach);
+      keys.first = std::clamp(p - left, Index(0), num_keys);
+      keys.last = std::min(keys.last, std::clamp(p + right + 1, Index(0), num_keys));
       keys.last = std::max(keys.last, keys.first);
     }
     if (keys.keep != nullptr) {

@@ -25,7 +25,6 @@
 #include <attend/mask.hpp>
 #include <attend/score_options.hpp>
 #include <attend/tensor.hpp>
-
 #include <cmath>
 #include <type_traits>
 
@@ -76,8 +75,7 @@ AttentionShape attention_shape(const QueryMap& queries, Index num_heads, Index n
           ": num_kv_heads must be >= 1 and divide num_heads (", num_heads, "), got ", num_kv_heads);
   require(queries.dimension(2) % num_heads == 0, where, ": queries must have a multiple of num_heads (", num_heads,
           ") features, got ", queries.dimension(2));
-  return {queries.dimension(0), queries.dimension(1), 0, num_heads, num_kv_heads, queries.dimension(2) / num_heads,
-          0};
+  return {queries.dimension(0), queries.dimension(1), 0, num_heads, num_kv_heads, queries.dimension(2) / num_heads, 0};
 }
 
 template <class Scalar, class KeyMap, class ValueMap>
@@ -89,8 +87,8 @@ void require_keys_values(const KeyMap& keys, const ValueMap& values, AttentionSh
           shape_text(values.dimensions()));
   require(keys.dimension(2) == s.kv_heads * s.dim, where, ": keys must have num_kv_heads * head_dim = ", s.kv_heads,
           " * ", s.dim, " = ", s.kv_heads * s.dim, " features (head_dim from the queries), got ", keys.dimension(2));
-  require(values.dimension(2) % s.kv_heads == 0, where, ": values must have a multiple of num_kv_heads (",
-          s.kv_heads, ") features, got ", values.dimension(2));
+  require(values.dimension(2) % s.kv_heads == 0, where, ": values must have a multiple of num_kv_heads (", s.kv_heads,
+          ") features, got ", values.dimension(2));
   s.keys = keys.dimension(1);
   s.value_dim = values.dimension(2) / s.kv_heads;
 }
@@ -114,15 +112,15 @@ template <class Scalar>
 void attention_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K, const Heads<const Scalar>& V,
                      const Mask& mask, const ScoreOptions<Scalar>& options, const AttentionDropout& dropout,
                      Tensor3<Scalar>* lse, const Heads<Scalar>& out, core::Buffers<Scalar>& buffers) {
-  core::Call<Scalar> call{Q, K, V, &mask, core::score_rule(options, Q.batch, Q.count, Q.length, K.length, Q.dim),
+  core::Call<Scalar> call{Q,      K, V, &mask, core::score_rule(options, Q.batch, Q.count, Q.length, K.length, Q.dim),
                           dropout};
   if (lse != nullptr) lse->resize(Q.batch, Q.length, Q.count);
   core::forward(call, out, lse != nullptr ? lse->data() : nullptr, buffers);
 }
 
 template <class Scalar, class Queries, class Keys, class Values>
-void attention_into(const Queries& queries, const Keys& keys, const Values& values, Index num_heads,
-                    Index num_kv_heads, const Mask& mask, const ScoreOptions<Scalar>& options, Tensor3<Scalar>* lse,
+void attention_into(const Queries& queries, const Keys& keys, const Values& values, Index num_heads, Index num_kv_heads,
+                    const Mask& mask, const ScoreOptions<Scalar>& options, Tensor3<Scalar>* lse,
                     const Eigen::TensorMap<Tensor3<Scalar>>& out, const char* where) {
   const auto q = input3<Scalar>(queries);
   const auto k = input3<Scalar>(keys);
@@ -143,8 +141,7 @@ void cached_attention_into(const Queries& queries, const KVCache<Scalar>& cache,
                            const Eigen::TensorMap<Tensor3<Scalar>>& out, const char* where) {
   const auto q = input3<Scalar>(queries);
   AttentionShape s = attention_shape<Scalar>(q, num_heads, cache.num_kv_heads(), where);
-  require(s.batch == cache.batch(), where, ": queries must have the cache's batch ", cache.batch(), ", got ",
-          s.batch);
+  require(s.batch == cache.batch(), where, ": queries must have the cache's batch ", cache.batch(), ", got ", s.batch);
   require(s.dim == cache.head_dim(), where, ": queries must have num_heads * head_dim = ", num_heads, " * ",
           cache.head_dim(), " features (the cache's head_dim), got ", q.dimension(2));
   s.keys = cache.size();
@@ -162,7 +159,8 @@ void cached_attention_into(const Queries& queries, const KVCache<Scalar>& cache,
 template <class Queries, class Keys, class Values, class Scalar = detail::argument_scalar<Queries>>
 Tensor3<Scalar> scaled_dot_product_attention(const Queries& queries, const Keys& keys, const Values& values,
                                              Index num_heads, Index num_kv_heads, const Mask& mask = {},
-                                             const ScoreOptions<Scalar>& options = {}, Tensor3<Scalar>* lse = nullptr) {
+                                             const ScoreOptions<detail::non_deduced<Scalar>>& options = {},
+                                             Tensor3<detail::non_deduced<Scalar>>* lse = nullptr) {
   detail::check_input3<Scalar, Queries>();
   detail::check_input3<Scalar, Values>();
   const Index heads = std::max(num_heads, Index(1)), kv_heads = std::max(num_kv_heads, Index(1));
@@ -177,8 +175,9 @@ Tensor3<Scalar> scaled_dot_product_attention(const Queries& queries, const Keys&
 // The same into out, (batch, Q, num_heads * dv): a Tensor3 of that shape or a TensorMap3.
 template <class Queries, class Keys, class Values, class Out, class Scalar = detail::argument_scalar<Queries>>
 void scaled_dot_product_attention(const Queries& queries, const Keys& keys, const Values& values, Index num_heads,
-                                  Index num_kv_heads, const Mask& mask, const ScoreOptions<Scalar>& options,
-                                  Tensor3<Scalar>* lse, Out&& out) {
+                                  Index num_kv_heads, const Mask& mask,
+                                  const ScoreOptions<detail::non_deduced<Scalar>>& options,
+                                  Tensor3<detail::non_deduced<Scalar>>* lse, Out&& out) {
   detail::attention_into<Scalar>(queries, keys, values, num_heads, num_kv_heads, mask, options, lse,
                                  detail::output3<Scalar>(out), "scaled_dot_product_attention");
 }
@@ -186,8 +185,9 @@ void scaled_dot_product_attention(const Queries& queries, const Keys& keys, cons
 // Against the steps a cache holds (its keys and values read in place): -> (batch, Q, num_heads * head_dim).
 template <class Queries, class Scalar = detail::argument_scalar<Queries>>
 Tensor3<Scalar> scaled_dot_product_attention(const Queries& queries, const KVCache<Scalar>& cache, Index num_heads,
-                                             const Mask& mask = {}, const ScoreOptions<Scalar>& options = {},
-                                             Tensor3<Scalar>* lse = nullptr) {
+                                             const Mask& mask = {},
+                                             const ScoreOptions<detail::non_deduced<Scalar>>& options = {},
+                                             Tensor3<detail::non_deduced<Scalar>>* lse = nullptr) {
   detail::check_input3<Scalar, Queries>();
   Tensor3<Scalar> out(queries.dimension(0), queries.dimension(1),
                       std::max(num_heads, Index(1)) * cache.head_dim());  // (batch, Q, num_heads * head_dim)
@@ -199,8 +199,8 @@ Tensor3<Scalar> scaled_dot_product_attention(const Queries& queries, const KVCac
 
 template <class Queries, class Out, class Scalar = detail::argument_scalar<Queries>>
 void scaled_dot_product_attention(const Queries& queries, const KVCache<Scalar>& cache, Index num_heads,
-                                  const Mask& mask, const ScoreOptions<Scalar>& options, Tensor3<Scalar>* lse,
-                                  Out&& out) {
+                                  const Mask& mask, const ScoreOptions<detail::non_deduced<Scalar>>& options,
+                                  Tensor3<detail::non_deduced<Scalar>>* lse, Out&& out) {
   detail::cached_attention_into<Scalar>(queries, cache, num_heads, mask, options, lse, detail::output3<Scalar>(out),
                                         "scaled_dot_product_attention");
 }
@@ -209,12 +209,12 @@ namespace detail {
 
 // The backward pass over checked heads views into dQ, dK, dV (as Q, K, V).
 template <class Scalar>
-void attention_backward_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K,
-                              const Heads<const Scalar>& V, const Heads<const Scalar>& O, const Scalar* lse,
-                              const Heads<const Scalar>& dO, const Mask& mask, const ScoreOptions<Scalar>& options,
+void attention_backward_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K, const Heads<const Scalar>& V,
+                              const Heads<const Scalar>& O, const Scalar* lse, const Heads<const Scalar>& dO,
+                              const Mask& mask, const ScoreOptions<detail::non_deduced<Scalar>>& options,
                               const AttentionDropout& dropout, const Heads<Scalar>& dQ, const Heads<Scalar>& dK,
                               const Heads<Scalar>& dV, core::Buffers<Scalar>& buffers) {
-  core::Call<Scalar> call{Q, K, V, &mask, core::score_rule(options, Q.batch, Q.count, Q.length, K.length, Q.dim),
+  core::Call<Scalar> call{Q,      K, V, &mask, core::score_rule(options, Q.batch, Q.count, Q.length, K.length, Q.dim),
                           dropout};
   core::backward(call, O, lse, dO, dQ, dK, dV, buffers);
 }
@@ -225,12 +225,10 @@ void attention_backward_heads(const Heads<const Scalar>& Q, const Heads<const Sc
 // lse (batch, Q, num_heads) and grad_output (batch, Q, num_heads * dv), the gradient of the loss at the output.
 template <class Queries, class Keys, class Values, class Output, class Lse, class GradOutput,
           class Scalar = detail::argument_scalar<Queries>>
-AttentionGradients<Scalar> scaled_dot_product_attention_backward(const Queries& queries, const Keys& keys,
-                                                                 const Values& values, const Output& output,
-                                                                 const Lse& lse, const GradOutput& grad_output,
-                                                                 Index num_heads, Index num_kv_heads,
-                                                                 const Mask& mask = {},
-                                                                 const ScoreOptions<Scalar>& options = {}) {
+AttentionGradients<Scalar> scaled_dot_product_attention_backward(
+    const Queries& queries, const Keys& keys, const Values& values, const Output& output, const Lse& lse,
+    const GradOutput& grad_output, Index num_heads, Index num_kv_heads, const Mask& mask = {},
+    const ScoreOptions<detail::non_deduced<Scalar>>& options = {}) {
   constexpr const char* where = "scaled_dot_product_attention_backward";
   const auto q = detail::input3<Scalar>(queries);
   const auto k = detail::input3<Scalar>(keys);
@@ -245,8 +243,8 @@ AttentionGradients<Scalar> scaled_dot_product_attention_backward(const Queries& 
   const std::array<Index, 3> out_shape{s.batch, s.queries, s.heads * s.value_dim};
   detail::require(o.dimensions() == out_shape, where, ": output must have shape ", detail::shape_text(out_shape),
                   " (batch, queries, num_heads * value_dim), got ", detail::shape_text(o.dimensions()));
-  detail::require(g.dimensions() == out_shape, where, ": grad_output must have shape ",
-                  detail::shape_text(out_shape), " (the output's), got ", detail::shape_text(g.dimensions()));
+  detail::require(g.dimensions() == out_shape, where, ": grad_output must have shape ", detail::shape_text(out_shape),
+                  " (the output's), got ", detail::shape_text(g.dimensions()));
   const std::array<Index, 3> lse_shape{s.batch, s.queries, s.heads};
   detail::require(l.dimensions() == lse_shape, where, ": lse must have shape ", detail::shape_text(lse_shape),
                   " (batch, queries, num_heads), got ", detail::shape_text(l.dimensions()));
@@ -254,8 +252,8 @@ AttentionGradients<Scalar> scaled_dot_product_attention_backward(const Queries& 
                                    Tensor3<Scalar>(v.dimensions())};
   detail::attention_backward_heads<Scalar>(
       detail::heads_of_map<const Scalar>(q, num_heads), detail::heads_of_map<const Scalar>(k, num_kv_heads),
-      detail::heads_of_map<const Scalar>(v, num_kv_heads), detail::heads_of_map<const Scalar>(o, num_heads),
-      l.data(), detail::heads_of_map<const Scalar>(g, num_heads), mask, options, detail::AttentionDropout{},
+      detail::heads_of_map<const Scalar>(v, num_kv_heads), detail::heads_of_map<const Scalar>(o, num_heads), l.data(),
+      detail::heads_of_map<const Scalar>(g, num_heads), mask, options, detail::AttentionDropout{},
       detail::heads_of_map<Scalar>(grads.queries, num_heads), detail::heads_of_map<Scalar>(grads.keys, num_kv_heads),
       detail::heads_of_map<Scalar>(grads.values, num_kv_heads), detail::attention_buffers<Scalar>());
   return grads;

@@ -12,7 +12,6 @@
 
 #include <attend/config.hpp>
 #include <attend/tensor.hpp>
-
 #include <vector>
 
 namespace attend {

@@ -1,6 +1,7 @@
 // attend/tensor.hpp — the types every other header speaks in, and the checks that guard them.
 //
 //   Tensor3<Scalar>  (batch, steps, features), row-major: the memory of a contiguous PyTorch tensor
+//   TensorMap3<Scalar>, ConstTensorMap3<Scalar>  the same, over the caller's memory (writable, read-only)
 //   Matrix<Scalar>   row-major, laid out exactly as PyTorch's parameter of the same name
 //   Vector<Scalar>   a column vector (biases)
 #pragma once
@@ -23,6 +24,13 @@ using Index = Eigen::Index;
 
 template <class Scalar>
 using Tensor3 = Eigen::Tensor<Scalar, 3, Eigen::RowMajor>;
+
+// The caller's memory, row-major (batch, steps, features), seen as a Tensor3 without a copy: writable, read-only.
+//   rotary.apply(TensorMap3<float>(q.data(), batch, steps, num_heads * head_dim), num_heads);   // q rotated in place
+template <class Scalar>
+using TensorMap3 = Eigen::TensorMap<Tensor3<Scalar>>;  // (batch, steps, features)
+template <class Scalar>
+using ConstTensorMap3 = Eigen::TensorMap<const Tensor3<Scalar>>;  // (batch, steps, features)
 
 template <class Scalar>
 using Matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;

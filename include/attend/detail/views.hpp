@@ -6,7 +6,6 @@
 #include <attend/config.hpp>
 #include <attend/detail/heads.hpp>
 #include <attend/tensor.hpp>
-
 #include <type_traits>
 
 namespace attend {
@@ -42,6 +41,15 @@ struct TensorKind<Eigen::TensorMap<const Eigen::Tensor<S, R, Options, I>, MapOpt
 template <class T>
 using TensorKindOf = TensorKind<std::remove_cv_t<std::remove_reference_t<T>>>;
 
+// T, in a context that template argument deduction does not look at (the scalar type of a call comes from its first
+// tensor; nullptr and {} then convert to the other parameters).
+template <class T>
+struct Identity {
+  using type = T;
+};
+template <class T>
+using non_deduced = typename Identity<T>::type;
+
 // The scalar type of a tensor argument (void for anything else).
 template <class T>
 using scalar_of = typename TensorKindOf<T>::Scalar;
@@ -76,8 +84,8 @@ Eigen::TensorMap<Tensor3<Scalar>> output3(T&& X) {
 template <class Element, class Map>
 Heads<Element> heads_of_map(Map&& X, Index count) {
   const Index width = X.dimension(2);
-  return Heads<Element>{X.data(), width, X.dimension(1), X.dimension(0), X.dimension(1), count,
-                        count > 0 ? width / count : 0};
+  return Heads<Element>{
+      X.data(), width, X.dimension(1), X.dimension(0), X.dimension(1), count, count > 0 ? width / count : 0};
 }
 
 }  // namespace detail

@@ -23,6 +23,7 @@
 // mean of every value (weights 1 / num_keys, no gradient to Q or K, dO / num_keys to each value); lse is -inf.
 #pragma once
 
+#include <algorithm>
 #include <attend/config.hpp>
 #include <attend/detail/attention_dropout.hpp>
 #include <attend/detail/core/score_rule.hpp>
@@ -32,8 +33,6 @@
 #include <attend/mask.hpp>
 #include <attend/tensor.hpp>
 #include <attend/threads.hpp>
-
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -58,10 +57,10 @@ struct Call {
 // Grow-only memory of the core: a repeated call of one shape allocates nothing.
 template <class Scalar>
 struct Buffers {
-  std::vector<Vector<Scalar>> scratch;  // one per thread
+  std::vector<Vector<Scalar>> scratch;         // one per thread
   std::vector<std::vector<VisibleKeys>> rows;  // one per thread: the visible keys of a block's query rows
-  Vector<Scalar> partial;               // the decoding spans' acc, m and l
-  Vector<Scalar> deltas;                // the backward pass's D, (batch, Q, H)
+  Vector<Scalar> partial;                      // the decoding spans' acc, m and l
+  Vector<Scalar> deltas;                       // the backward pass's D, (batch, Q, H)
 
   // Per thread: `size` Scalars and `rows` VisibleKeys.
   void reserve(Index size, Index rows_per_block) {
@@ -120,6 +119,16 @@ inline ForwardPlan forward_plan(Index num_queries, Index num_keys) {
   return {blocks, std::max(num_keys, Index(1)), 1};
 }
 
+// Scalars of the decoding spans' partial results (acc, m and l of every row of every piece) for a call of these
+// sizes; 0 when the call does not split its keys.
+inline Index partial_size(Index batch, Index kv_heads, Index group, Index num_queries, Index num_keys,
+                          Index value_dim) {
+  const ForwardPlan plan = forward_plan(num_queries, num_keys);
+  if (!plan.split()) return 0;
+  const Index rows = std::min(tuning::core_query_rows, num_queries) * group;
+  return batch * kv_heads * plan.query_blocks * plan.spans * rows * (value_dim + 2);
+}
+
 // The online softmax of one block of query rows of the group over the keys [lo, hi): acc (group * rows, dv) rows dv
 // apart, m and l (group * rows) updated. keys: the rows' visible keys.
 template <class Scalar>
@@ -129,8 +138,8 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
   const Index d = Q.dim, dv = V.dim, group = call.group(), H = Q.count;
   const Index kb = tuning::core_key_rows;
   const bool few = rows <= tuning::decode_queries;
-  Scalar* Kt = scratch;                // (d, kb): the key block transposed
-  Scalar* S = scratch + d * kb;        // (rows, kb): one head's scores, then weights
+  Scalar* Kt = scratch;          // (d, kb): the key block transposed
+  Scalar* S = scratch + d * kb;  // (rows, kb): one head's scores, then weights
   constexpr Scalar none = -std::numeric_limits<Scalar>::infinity();
   for (Index k0 = lo / kb * kb; k0 < hi; k0 += kb) {
     const Index n = std::min(kb, K.length - k0);
@@ -138,8 +147,8 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
     for (Index hh = 0; hh < group; ++hh) {
       const Index h = g * group + hh;
       if (few) {
-        kernel.tiny_scores(Q.at(b, h, q0), Q.row_stride, K.at(b, g, k0), K.row_stride, rows, n, d, call.rule.scale,
-                           S, n);
+        kernel.tiny_scores(Q.at(b, h, q0), Q.row_stride, K.at(b, g, k0), K.row_stride, rows, n, d, call.rule.scale, S,
+                           n);
       } else {
         kernel.rows_times_matrix(false, Q.at(b, h, q0), Q.row_stride, rows, d, Kt, n, n, false, nullptr, S, n);
       }
@@ -202,9 +211,9 @@ void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Bu
   const Index qb = tuning::core_query_rows;
   const Index block_rows = std::min(qb, nq) * group;  // rows of one piece: the group's heads
   buffers.reserve(forward_scratch(call), qb);
-  const Index partial_size = block_rows * (dv + 2);
+  const Index piece_size = block_rows * (dv + 2);
   const Index pieces = B * G * plan.query_blocks * plan.spans;
-  if (plan.split()) Buffers<Scalar>::grow(buffers.partial, pieces * partial_size);
+  if (plan.split()) Buffers<Scalar>::grow(buffers.partial, core::partial_size(B, G, group, nq, nk, dv));
   constexpr Scalar none = -std::numeric_limits<Scalar>::infinity();
   const FullyMasked rule = call.mask->fully_masked();
   const Mask& mask = *call.mask;
@@ -233,7 +242,7 @@ void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Bu
     const Index q0 = block * qb, rows = std::min(qb, nq - q0);
     Scalar* scratch = buffers.scratch[static_cast<std::size_t>(thread)].data();
     VisibleKeys* keys = buffers.rows[static_cast<std::size_t>(thread)].data();
-    Scalar* acc = plan.split() ? buffers.partial.data() + piece * partial_size
+    Scalar* acc = plan.split() ? buffers.partial.data() + piece * piece_size
                                : scratch + call.queries.dim * tuning::core_key_rows + qb * tuning::core_key_rows;
     Scalar* m = acc + group * rows * dv;
     Scalar* l = m + group * rows;
@@ -265,14 +274,14 @@ void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Bu
         for (Index r = 0; r < group * rows; ++r) {
           Scalar M = none;
           for (Index s = 0; s < plan.spans; ++s) {
-            const Scalar* part = buffers.partial.data() + (first_piece + s) * partial_size;
+            const Scalar* part = buffers.partial.data() + (first_piece + s) * piece_size;
             const Scalar l = part[group * rows * dv + group * rows + r];
             if (l > Scalar(0)) M = std::max(M, part[group * rows * dv + r]);
           }
           Scalar L = 0;
           std::fill(merged.data(), merged.data() + dv, Scalar(0));
           for (Index s = 0; s < plan.spans && M != none; ++s) {
-            const Scalar* part = buffers.partial.data() + (first_piece + s) * partial_size;
+            const Scalar* part = buffers.partial.data() + (first_piece + s) * piece_size;
             const Scalar l = part[group * rows * dv + group * rows + r];
             if (!(l > Scalar(0))) continue;
             const Scalar factor = std::exp(part[group * rows * dv + r] - M);
@@ -326,9 +335,8 @@ bool gradient_tile(const Call<Scalar>& call, const Kernels<Scalar>& kernel, cons
 
 // dQ, dK, dV (as Q, K, V) of the attention whose output O and lse (batch, Q, H) the forward pass gave, from dO.
 template <class Scalar>
-void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scalar* lse,
-              const Heads<const Scalar>& dO, const Heads<Scalar>& dQ, const Heads<Scalar>& dK,
-              const Heads<Scalar>& dV, Buffers<Scalar>& buffers) {
+void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scalar* lse, const Heads<const Scalar>& dO,
+              const Heads<Scalar>& dQ, const Heads<Scalar>& dK, const Heads<Scalar>& dV, Buffers<Scalar>& buffers) {
   const Heads<const Scalar>&Q = call.queries, &K = call.keys, &V = call.values;
   const Index B = Q.batch, nq = Q.length, nk = K.length, H = Q.count, G = K.count, d = Q.dim, dv = V.dim;
   const Index group = call.group();
@@ -391,8 +399,8 @@ void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scal
         if (!gradient_tile(call, kernel, dO, lse, deltas, b, h, q0, rows, k0, n, keys, Kt, Vt, P, dS, T)) continue;
         kernel.transposed_times_matrix(true, P, n, n, rows, dO.at(b, h, q0), dO.row_stride, dv, nullptr,
                                        dV.at(b, g, k0), dV.row_stride);
-        kernel.transposed_times_matrix(true, dS, n, n, rows, Q.at(b, h, q0), Q.row_stride, d, nullptr,
-                                       dK.at(b, g, k0), dK.row_stride);
+        kernel.transposed_times_matrix(true, dS, n, n, rows, Q.at(b, h, q0), Q.row_stride, d, nullptr, dK.at(b, g, k0),
+                                       dK.row_stride);
       }
     }
   });
@@ -410,8 +418,8 @@ void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scal
       kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
       kernel.transpose_into(V.at(b, g, k0), V.row_stride, n, dv, Vt, n);
       if (!gradient_tile(call, kernel, dO, lse, deltas, b, h, q0, rows, k0, n, keys, Kt, Vt, P, dS, T)) continue;
-      kernel.rows_times_matrix(true, dS, n, rows, n, K.at(b, g, k0), K.row_stride, d, false, nullptr,
-                               dQ.at(b, h, q0), dQ.row_stride);
+      kernel.rows_times_matrix(true, dS, n, rows, n, K.at(b, g, k0), K.row_stride, d, false, nullptr, dQ.at(b, h, q0),
+                               dQ.row_stride);
     }
   });
 }

@@ -8,12 +8,11 @@
 // 0 below its underflow threshold, -inf included).
 #pragma once
 
+#include <algorithm>
 #include <attend/config.hpp>
 #include <attend/mask.hpp>
 #include <attend/score_options.hpp>
 #include <attend/tensor.hpp>
-
-#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -24,8 +23,8 @@ namespace core {
 
 template <class Scalar>
 struct ScoreRule {
-  Scalar scale = Scalar(1);      // the resolved scale (never 0)
-  Scalar softcap = Scalar(0);    // > 0: applied
+  Scalar scale = Scalar(1);        // the resolved scale (never 0)
+  Scalar softcap = Scalar(0);      // > 0: applied
   const Scalar* slopes = nullptr;  // (num_heads) or null
   const Scalar* bias = nullptr;    // (bias_rows, num_queries, num_keys) or null
   Index bias_rows = 0;             // batch * num_heads (row b * num_heads + h), batch (row b) or 1
@@ -44,8 +43,8 @@ struct ScoreRule {
   // when scaled (the others are overwritten): the scores of the keys the row sees, -inf elsewhere. tanh_out, when not
   // null, receives tanh(scale * q.k / softcap) on [lo, hi) (the softcap's derivative is 1 - tanh^2).
   // keys: the row's visible keys (Mask::visible_keys).
-  void apply(Scalar* row, Index n, Index k0, Index lo, Index hi, bool scaled, const VisibleKeys& keys, Index b,
-             Index h, Index q, Scalar* tanh_out = nullptr) const {
+  void apply(Scalar* row, Index n, Index k0, Index lo, Index hi, bool scaled, const VisibleKeys& keys, Index b, Index h,
+             Index q, Scalar* tanh_out = nullptr) const {
     constexpr Scalar hidden = -std::numeric_limits<Scalar>::infinity();
     std::fill(row, row + lo, hidden);
     std::fill(row + hi, row + n, hidden);
@@ -72,7 +71,6 @@ struct ScoreRule {
       for (Index j = lo; j < hi; ++j)
         if (!keys.keep[k0 + j]) row[j] = hidden;
   }
-
 };
 
 // The rule of a call: options checked by the caller (attend/scaled_dot_product_attention.hpp).
