@@ -4,6 +4,7 @@
 // forward() against operator(), and the same bits for 1 and 2 threads.
 #include <attend/attend.hpp>
 #include <catch2/catch.hpp>
+#include <support/checks.hpp>
 #include <support/matchers.hpp>
 #include <support/random_tensor.hpp>
 
@@ -20,6 +21,7 @@ using attend::Mask;
 using attend::Tensor3;
 using attend::ValidLens;
 using attend_test::random_tensor;
+using attend_test::same_bits;
 
 namespace {
 
@@ -34,12 +36,6 @@ attend_test::Tolerance<float> path_tolerance<float>() {
 template <>
 attend_test::Tolerance<double> path_tolerance<double>() {
   return {1e-12, 1e-14};
-}
-
-template <class Scalar>
-bool same_bits(const Tensor3<Scalar>& a, const Tensor3<Scalar>& b) {
-  return a.dimensions() == b.dimensions() &&
-         std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.size()) * sizeof(Scalar)) == 0;
 }
 
 // The masks a caller can give, for batch 2, q queries, k keys.

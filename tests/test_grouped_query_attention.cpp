@@ -11,6 +11,7 @@
 // alloc_counter::counting is set (by any thread: OpenMP's workers too); free() is glibc's own, untouched.
 #include <attend/grouped_query_attention.hpp>
 #include <catch2/catch.hpp>
+#include <support/checks.hpp>
 #include <support/finite_difference.hpp>
 #include <support/fixture.hpp>
 #include <support/gradients.hpp>
@@ -173,6 +174,8 @@ using attend::ValidLens;
 using attend::Vector;
 using attend_test::Near;
 using attend_test::random_tensor;
+using attend_test::same_bits;
+using attend_test::require_invalid;
 
 namespace {
 
@@ -220,16 +223,6 @@ void put_steps(Tensor3<Scalar>& Y, Index lo, const Tensor3<Scalar>& part) {
       for (Index f = 0; f < part.dimension(2); ++f) Y(b, lo + t, f) = part(b, t, f);
 }
 
-template <class T>
-bool same_bits(const T& a, const T& b) {
-  return a.size() == b.size() &&
-         std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.size()) * sizeof(*a.data())) == 0;
-}
-template <class Scalar>
-bool same_tensor(const Tensor3<Scalar>& a, const Tensor3<Scalar>& b) {
-  return a.dimensions() == b.dimensions() && same_bits(a, b);
-}
-
 // Everything a cache holds: its size and its whole storage.
 template <class Scalar>
 struct Snapshot {
@@ -238,7 +231,7 @@ struct Snapshot {
   explicit Snapshot(const KVCache<Scalar>& cache)
       : size(cache.size()), keys(cache.key_storage()), values(cache.value_storage()) {}
   bool same_as(const KVCache<Scalar>& cache) const {
-    return cache.size() == size && same_tensor(cache.key_storage(), keys) && same_tensor(cache.value_storage(), values);
+    return cache.size() == size && same_bits(cache.key_storage(), keys) && same_bits(cache.value_storage(), values);
   }
 };
 
@@ -253,19 +246,6 @@ bool same_held(const KVCache<Scalar>& a, const KVCache<Scalar>& b) {
             a.value_storage()(batch, t, f) != b.value_storage()(batch, t, f))
           return false;
   return true;
-}
-
-// A call that must throw std::invalid_argument whose message holds phrase.
-void require_invalid(const std::function<void()>& call, const std::string& phrase) {
-  try {
-    call();
-  } catch (const std::invalid_argument& e) {
-    const std::string what = e.what();
-    CAPTURE(what, phrase);
-    CHECK(what.find(phrase) != std::string::npos);
-    return;
-  }
-  FAIL("no std::invalid_argument thrown; expected one mentioning " << phrase);
 }
 
 // HF's decode_output computes the RoPE angles (and the softmax) in float32 where attend and the fixture's `output`
@@ -442,11 +422,11 @@ TEMPLATE_TEST_CASE("GroupedQueryAttention's dropout: reproducible by seed, off i
   const Tensor3<TestType> a = gqa(X);
   gqa.generator().seed(7);
   const Tensor3<TestType> b = gqa(X);
-  CHECK(same_tensor(a, b));
+  CHECK(same_bits(a, b));
   const Tensor3<TestType> c = gqa(X);  // the generator moved on: another pattern
-  CHECK_FALSE(same_tensor(a, c));
+  CHECK_FALSE(same_bits(a, c));
   gqa.generator().seed(8);
-  CHECK_FALSE(same_tensor(a, gqa(X)));
+  CHECK_FALSE(same_bits(a, gqa(X)));
 
   // The same seed reproduces the backward pass too.
   const Tensor3<TestType> dY = random_tensor<TestType>(2, 6, 6, 323);
@@ -459,7 +439,7 @@ TEMPLATE_TEST_CASE("GroupedQueryAttention's dropout: reproducible by seed, off i
   gqa(X);
   gqa.zero_grad();
   const Tensor3<TestType> dX2 = gqa.backward(dY);
-  CHECK(same_tensor(dX1, dX2));
+  CHECK(same_bits(dX1, dX2));
   CHECK(g1 == attend_test::gradients_of(gqa));
 
   // eval(): no dropout, whatever the generator.
@@ -468,19 +448,19 @@ TEMPLATE_TEST_CASE("GroupedQueryAttention's dropout: reproducible by seed, off i
   const Tensor3<TestType> e1 = gqa(X);
   gqa.generator().seed(8);
   const Tensor3<TestType> e2 = gqa(X);
-  CHECK(same_tensor(e1, e2));
-  CHECK_FALSE(same_tensor(e1, a));
-  CHECK(same_tensor(e1, gqa.forward(X)));
+  CHECK(same_bits(e1, e2));
+  CHECK_FALSE(same_bits(e1, a));
+  CHECK(same_bits(e1, gqa.forward(X)));
 
   // p = 0 in training mode is eval(): the same weights (drawn from the same seed), the same bits.
   SmallLayer<TestType> plain(322, true, TestType(0));
   REQUIRE(same_bits(plain.gqa.W_q().weight(), gqa.W_q().weight()));
   REQUIRE(plain.gqa.is_training());
-  CHECK(same_tensor(plain.gqa(X), e1));
+  CHECK(same_bits(plain.gqa(X), e1));
   const Tensor3<TestType> dX_train = plain.gqa.backward(dY);
   plain.gqa.eval();
   plain.gqa(X);
-  CHECK(same_tensor(plain.gqa.backward(dY), dX_train));
+  CHECK(same_bits(plain.gqa.backward(dY), dX_train));
 
   // p = 1 is accepted (as by PyTorch and attend's other modules): every weight dropped, the output is o_proj's bias.
   SmallLayer<TestType> all(322, true, TestType(1));
@@ -517,7 +497,7 @@ TEMPLATE_TEST_CASE("GroupedQueryAttention's cached call: out-parameter overload,
     // And into a Tensor3, for the next step.
     Tensor3<TestType> out(2, 1, 8);
     gqa(next, c2, mask, out);
-    CHECK(same_tensor(out, gqa(next, c1, mask)));
+    CHECK(same_bits(out, gqa(next, c1, mask)));
     CHECK(c1.size() == 4);
     CHECK(c2.size() == 4);
   }
@@ -537,7 +517,7 @@ TEMPLATE_TEST_CASE("GroupedQueryAttention's cached call: out-parameter overload,
     for (KVCache<TestType>& other : others) {
       CAPTURE(other.batch(), other.num_kv_heads(), other.head_dim());
       const std::string phrase = other.batch() != 2 ? "batch" : "key/value heads";
-      require_invalid([&] { gqa(next, other, mask); }, phrase);
+      require_invalid([&] { gqa(next, other, mask); }, {phrase});
       CHECK(other.size() == 0);
     }
     // Past the capacity: 3 held of 5, 3 more.
@@ -567,9 +547,9 @@ TEMPLATE_TEST_CASE("GroupedQueryAttention's cached call: out-parameter overload,
     require_invalid([&] { gqa(next, cache, mask, wrong_out); }, "out");
     CHECK(before.same_as(cache));
     // Nothing changed: the next step and the whole-sequence output are as they would have been.
-    CHECK(same_tensor(gqa(next, cache, mask), expected_next));
+    CHECK(same_bits(gqa(next, cache, mask), expected_next));
     CHECK(Snapshot<TestType>(twin).same_as(cache));
-    CHECK(same_tensor(gqa.forward(prompt, mask), expected_whole));
+    CHECK(same_bits(gqa.forward(prompt, mask), expected_whole));
   }
 
   SECTION("backward(): none recorded, dY of the wrong shape") {
@@ -718,16 +698,16 @@ TEMPLATE_TEST_CASE("GroupedQueryAttention reads ConstTensorMap3 inputs as it rea
 
   const Tensor3<TestType> y = gqa(X, mask);
   const Tensor3<TestType> dX = gqa.backward(dY);
-  CHECK(same_tensor(gqa(map, mask), y));
-  CHECK(same_tensor(gqa.backward(dY), dX));
-  CHECK(same_tensor(gqa.forward(map, mask), gqa.forward(X, mask)));
-  CHECK(same_tensor(gqa.forward(map, mask), y));
+  CHECK(same_bits(gqa(map, mask), y));
+  CHECK(same_bits(gqa.backward(dY), dX));
+  CHECK(same_bits(gqa.forward(map, mask), gqa.forward(X, mask)));
+  CHECK(same_bits(gqa.forward(map, mask), y));
   std::vector<TestType> out(memory.size());
   gqa.forward(map, mask, TensorMap3<TestType>(out.data(), 2, 5, 8));
   CHECK(std::memcmp(out.data(), y.data(), out.size() * sizeof(TestType)) == 0);
 
   KVCache<TestType> c1(2, 1, 4, 5), c2(2, 1, 4, 5);
-  CHECK(same_tensor(gqa(map, c1, mask), gqa(X, c2, mask)));
+  CHECK(same_bits(gqa(map, c1, mask), gqa(X, c2, mask)));
   CHECK(same_held(c1, c2));
 }
 
@@ -777,5 +757,5 @@ TEMPLATE_TEST_CASE("GroupedQueryAttention's state_dict() and parameters(): names
   GroupedQueryAttention<TestType> other(12, 6, 2, 5, bias);
   other.load_state_dict(dict);
   const Tensor3<TestType> X = random_tensor<TestType>(1, 4, 12, 361);
-  CHECK(same_tensor(other.forward(X), gqa.forward(X)));
+  CHECK(same_bits(other.forward(X), gqa.forward(X)));
 }

@@ -4,6 +4,7 @@
 // and clear().
 #include <attend/kv_cache.hpp>
 #include <catch2/catch.hpp>
+#include <support/checks.hpp>
 #include <support/random_tensor.hpp>
 
 #include <cstring>
@@ -17,29 +18,10 @@ using attend::Index;
 using attend::KVCache;
 using attend::Tensor3;
 using attend_test::random_tensor;
+using attend_test::same_bits;
+using attend_test::require_invalid;
 
 namespace {
-
-// A call that must throw std::invalid_argument whose message holds every phrase.
-void require_invalid(const std::function<void()>& call, const std::vector<std::string>& phrases) {
-  try {
-    call();
-  } catch (const std::invalid_argument& e) {
-    const std::string what = e.what();
-    for (const std::string& phrase : phrases) {
-      CAPTURE(what, phrase);
-      CHECK(what.find(phrase) != std::string::npos);
-    }
-    return;
-  }
-  FAIL("no std::invalid_argument thrown; expected one mentioning " << phrases.front());
-}
-
-template <class Scalar>
-bool same_bits(const Tensor3<Scalar>& a, const Tensor3<Scalar>& b) {
-  return a.dimensions() == b.dimensions() &&
-         std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.size()) * sizeof(Scalar)) == 0;
-}
 
 // Everything a cache holds, to compare before and after a call that throws: its size and its whole storage (the
 // rows not in use too, whatever they hold: a failed append must write nowhere).

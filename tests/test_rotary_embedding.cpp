@@ -4,6 +4,7 @@
 // positions of a decoder's later steps, the relative-position property, bfloat16, and the checks on bad input.
 #include <attend/rotary_embedding.hpp>
 #include <catch2/catch.hpp>
+#include <support/checks.hpp>
 #include <support/fixture.hpp>
 #include <support/matchers.hpp>
 #include <support/random_tensor.hpp>
@@ -23,15 +24,11 @@ using attend::RotaryEmbedding;
 using attend::Tensor3;
 using attend::TensorMap3;
 using attend_test::random_tensor;
+using attend_test::same_bits;
+using attend_test::require_invalid;
 using Catch::Contains;
 
 namespace {
-
-template <class Scalar>
-bool same_bits(const Tensor3<Scalar>& a, const Tensor3<Scalar>& b) {
-  return a.dimensions() == b.dimensions() &&
-         std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.size()) * sizeof(Scalar)) == 0;
-}
 
 // Steps [first, first + count) of X: (batch, count, features).
 template <class Scalar>
@@ -46,21 +43,6 @@ Tensor3<Scalar> steps_of(const Tensor3<Scalar>& X, Index first, Index count) {
 // Where feature i of a head pairs: (index of x1, index of x2) of pair k.
 std::pair<Index, Index> pair_of(Index k, Index head_dim, bool interleaved) {
   return interleaved ? std::pair<Index, Index>{2 * k, 2 * k + 1} : std::pair<Index, Index>{k, k + head_dim / 2};
-}
-
-// A call that must throw std::invalid_argument whose message holds every phrase.
-void require_invalid(const std::function<void()>& call, const std::vector<std::string>& phrases) {
-  try {
-    call();
-  } catch (const std::invalid_argument& e) {
-    const std::string what = e.what();
-    for (const std::string& phrase : phrases) {
-      CAPTURE(what, phrase);
-      CHECK(what.find(phrase) != std::string::npos);
-    }
-    return;
-  }
-  FAIL("no std::invalid_argument thrown; expected one mentioning " << phrases.front());
 }
 
 }  // namespace

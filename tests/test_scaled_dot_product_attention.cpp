@@ -27,6 +27,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <support/checks.hpp>
 #include <support/finite_difference.hpp>
 #include <support/fixture.hpp>
 #include <support/gradients.hpp>
@@ -58,15 +59,10 @@ using attend_test::Fixture;
 using attend_test::Near;
 using attend_test::random_tensor;
 using attend_test::Tolerance;
+using attend_test::same_bits;
 using Catch::Contains;
 
 namespace {
-
-template <class Scalar>
-bool same_bits(const Tensor3<Scalar>& a, const Tensor3<Scalar>& b) {
-  return a.dimensions() == b.dimensions() &&
-         std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.size()) * sizeof(Scalar)) == 0;
-}
 
 // Bit for bit, with the matcher's description of the first difference on failure.
 #define REQUIRE_SAME_BITS(actual, expected)                                   \

@@ -4,6 +4,7 @@
 // under ThreadSanitizer in CI (.ci/run), where a data race is a failure.
 #include <attend/attend.hpp>
 #include <catch2/catch.hpp>
+#include <support/checks.hpp>
 #include <support/random_tensor.hpp>
 
 #include <atomic>
@@ -18,17 +19,12 @@ using attend::Mask;
 using attend::Tensor3;
 using attend::ValidLens;
 using attend_test::random_tensor;
+using attend_test::same_bits;
 
 namespace {
 
 constexpr int thread_count = 8;
 constexpr int calls_per_thread = 20;
-
-template <class Scalar>
-bool same_bits(const Tensor3<Scalar>& a, const Tensor3<Scalar>& b) {
-  return a.dimensions() == b.dimensions() &&
-         std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.size()) * sizeof(Scalar)) == 0;
-}
 
 // Runs call(thread, i) for every thread and i at once; returns how many results differed from `expected`.
 template <class Scalar>
