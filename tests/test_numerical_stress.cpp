@@ -15,7 +15,7 @@
 //
 // Tolerances, all from the type's epsilon:
 //   one exp, a sum of two terms, a division: 8 eps relative (about 4 roundings, a factor 2 of margin), plus the
-//     smallest normal number absolute, below which the softmax flushes exp() to 0 (masked_softmax.hpp)
+//     smallest normal number absolute, below which the softmax flushes exp() to 0 (detail/generic/simd.hpp)
 //   a sum of n terms in floating point: sum_tolerance(n) = 2 (sqrt(n) + 1) eps relative to the sum of the absolute
 //     values (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., sec. 2.8 and 4.2: rounding errors
 //     of a sum behave like a random walk, sqrt(n) eps; 2 is the margin, and the errors measured here are 5 to 10
@@ -24,7 +24,7 @@
 //     output projection) of total length n_chain, bounded a priori by eps_float (n_chain + 8) relative to the scale
 //     of the values involved, 8 for the exp and the division (see float_double_tolerance; measured: 40 times below)
 //
-// NaN, infinity and overflow, the behaviour documented here (and in the README, "Reliability"):
+// NaN, infinity and overflow, the behaviour documented here (and in docs/TESTING.md, "Reliability checks"):
 //   1. a NaN in query row i makes output row i NaN (all its features); every other output is bit for bit what the
 //      clean input gives;
 //   2. a NaN in the key or value row of key j makes NaN the outputs of exactly the queries that see key j (not masked

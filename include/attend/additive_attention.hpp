@@ -16,6 +16,7 @@
 #include <attend/config.hpp>
 #include <attend/detail/attend_rows.hpp>
 #include <attend/detail/attention_dropout.hpp>
+#include <attend/detail/softmax.hpp>
 #include <attend/linear.hpp>
 #include <attend/mask.hpp>
 #include <attend/masked_softmax.hpp>

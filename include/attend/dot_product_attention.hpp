@@ -19,9 +19,9 @@
 #include <attend/attention_path.hpp>
 #include <attend/detail/attention_backward.hpp>
 #include <attend/detail/attend_rows.hpp>
-#include <attend/detail/attention_path_module.hpp>
 #include <attend/detail/flash_attention.hpp>
 #include <attend/detail/heads.hpp>
+#include <attend/detail/modules/attention_path_module.hpp>
 #include <attend/mask.hpp>
 #include <attend/module.hpp>
 #include <attend/parameter.hpp>

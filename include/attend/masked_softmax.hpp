@@ -11,55 +11,13 @@
 
 #include <attend/detail/kernels.hpp>
 #include <attend/detail/mask_row.hpp>
+#include <attend/detail/softmax.hpp>
 #include <attend/mask.hpp>
 #include <attend/tensor.hpp>
 #include <attend/valid_lens.hpp>
 
 namespace attend {
 inline namespace ATTEND_ABI {
-namespace detail {
-
-// The softmax's passes on the active level (detail/kernels/softmax-inl.hpp), for code outside the kernels.
-
-// max_j row[j] over n >= 1 contiguous entries (all NaN or -inf may give -inf).
-template <class Scalar>
-Scalar row_max(const Scalar* row, Index n) {
-  return kernels<Scalar>().row_max(row, n);
-}
-
-// row[j] = exp(row[j] - m) for j < n, flushed to 0 where row[j] - m < exp_underflow; returns their sum.
-template <class Scalar>
-Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
-  return kernels<Scalar>().exp_shifted(row, n, m);
-}
-
-// One row of scores, in place: every key the row does not see (keys: from Mask::visible_keys) replaced by -1e6, the
-// rule for a row that sees none, then softmax. row: (num_keys), contiguous.
-template <class Scalar>
-void masked_softmax_row(Scalar* row, Index num_keys, const VisibleKeys& keys, FullyMasked rule = FullyMasked::uniform) {
-  kernels<Scalar>().masked_softmax_row(row, num_keys, keys, rule);
-}
-
-// The softmax's backward pass on one row (detail/kernels/softmax-inl.hpp, softmax_backward_row): dx = (y (dy - s))
-// scale on the keys the row sees, 0 elsewhere, s = sum y dy over them. y, dy, dx: (num_keys); dx may be dy.
-template <class Scalar>
-void softmax_backward_row(const Scalar* y, const Scalar* dy, Scalar* dx, Index num_keys, const VisibleKeys& keys,
-                          Scalar scale = Scalar(1)) {
-  kernels<Scalar>().softmax_backward_row(y, dy, dx, num_keys, keys, scale);
-}
-
-// Every row of a row-major (queries, keys) block of scores, in place; the block belongs to batch row b of the mask,
-// whose shape the caller checked (Mask::require_shape).
-template <class Derived>
-void masked_softmax_block(Eigen::MatrixBase<Derived>& scores, const Mask& mask, Index b) {
-  using Scalar = typename Derived::Scalar;
-  static_assert(static_cast<int>(Derived::IsRowMajor) == 1, "scores must be row-major");
-  if (scores.rows() == 0 || scores.cols() == 0) return;  // no row to point into
-  kernels<Scalar>().masked_softmax_block(&scores.derived().coeffRef(0, 0), scores.rows(), scores.cols(),
-                                         scores.derived().outerStride(), mask, b, 0, scores.rows(), Scalar(1));
-}
-
-}  // namespace detail
 
 // X: (batch, queries, keys) -> (batch, queries, keys)
 // mask: none; a ValidLens (batch,) or (batch, queries); or any Mask (see mask.hpp), keep tensor (batch or 1, queries,

@@ -32,9 +32,9 @@
 #include <attend/attention_path.hpp>
 #include <attend/detail/attention_backward.hpp>
 #include <attend/detail/attend_rows.hpp>
-#include <attend/detail/attention_path_module.hpp>
 #include <attend/detail/flash_attention.hpp>
 #include <attend/detail/heads.hpp>
+#include <attend/detail/modules/attention_path_module.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/linear.hpp>
 #include <attend/mask.hpp>

@@ -16,10 +16,11 @@
 #include <attend/detail/attention_dropout.hpp>
 #include <attend/detail/heads.hpp>
 #include <attend/detail/kernels.hpp>
+#include <attend/detail/mask_row.hpp>
 #include <attend/detail/packet_buffer.hpp>
+#include <attend/detail/softmax.hpp>
 #include <attend/detail/tuning.hpp>
 #include <attend/mask.hpp>
-#include <attend/masked_softmax.hpp>
 #include <attend/tensor.hpp>
 #include <attend/threads.hpp>
 

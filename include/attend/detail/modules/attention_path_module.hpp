@@ -1,4 +1,5 @@
-// attend/detail/attention_path_module.hpp — what every module with two attention paths does around its forward pass.
+// attend/detail/modules/attention_path_module.hpp — what every module with two attention paths does around its
+// forward pass.
 //
 // DotProductAttention and MultiHeadAttention inherit it (CRTP) and re-export its public members. It holds the path
 // setting, the weights of the last call, whether that call was tiled, the workspace operator() reuses and the record
