@@ -817,7 +817,7 @@ def mask_mha_cases():
 def torch_mha_cases():
     """nn.MultiheadAttention(embed_dim=12, batch_first=True) in its layouts: packed in_proj_weight or q/k/v_proj_weight
     (kdim, vdim), with or without biases. The fixtures hold its state_dict() under PyTorch's names; attend converts
-    them. examples/from_pytorch/export.py covers the float32 packed case the README shows."""
+    them. examples/from_pytorch/export.py covers the float32 packed case docs/USAGE.md shows (#weights-from-pytorch)."""
     embed_dim = 12
     key_padding_mask = torch.tensor([[0, 1, 0, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0, 0]], dtype=torch.bool)
     cases = [
