@@ -12,7 +12,7 @@
 //   --min-time=0.1      seconds of calls per contender per round (at least one call)
 //   --long-call=1       a shape whose slowest contender takes longer per call gets at most 3 rounds (n = 8192)
 //   --max-n=8192        leave out the attention shapes with a longer sequence
-//   --parts=attention,training,rnn,conv1d   which comparisons to run (the sgemm ceiling always runs); training:
+//   --parts=attention,training,kernel,gqa,rnn,conv1d   which comparisons to run (the sgemm ceiling always runs); training:
 //                       a forward + backward step of the attention shapes up to n = 4096, against libtorch's autograd
 //   --attend-openblas-threads=N       OpenBLAS's threads during attend's calls; 0: the --threads count. Default 1 in
 //                                     the _blas program when attend has OpenMP, else 0 (see Threads below)
@@ -74,6 +74,8 @@
 #include <attend/multi_head_attention.hpp>
 #include <attend/random.hpp>
 #include <attend/rnn.hpp>
+#include <attend/scaled_dot_product_attention.hpp>
+#include <attend/score_options.hpp>
 #include <attend/tensor.hpp>
 #include <attend/threads.hpp>
 
@@ -124,7 +126,7 @@ struct Options {
   double min_time = 0.1;  // seconds per contender per round
   double long_call = 1;   // seconds per call above which a shape gets at most 3 rounds
   Index max_n = 8192;
-  bool attention = true, training = true, kernel = true, rnn = true, conv1d = true;
+  bool attention = true, training = true, kernel = true, gqa = true, rnn = true, conv1d = true;
   std::vector<MaskKind> masks{MaskKind::none, MaskKind::lens, MaskKind::causal};
   std::string csv, json;
 #ifdef EIGEN_USE_BLAS
@@ -160,14 +162,15 @@ Options parse(int argc, char** argv) {
     } else if (key == "--max-n") {
       options.max_n = std::stol(value);
     } else if (key == "--parts") {
-      options.attention = options.training = options.kernel = options.rnn = options.conv1d = false;
+      options.attention = options.training = options.kernel = options.gqa = options.rnn = options.conv1d = false;
       for (const std::string& part : split(value, ',')) {
         if (part == "attention") options.attention = true;
         else if (part == "training") options.training = true;
         else if (part == "kernel") options.kernel = true;
+        else if (part == "gqa") options.gqa = true;
         else if (part == "rnn") options.rnn = true;
         else if (part == "conv1d") options.conv1d = true;
-        else throw std::invalid_argument("--parts: unknown part '" + part + "' (attention, training, kernel, rnn, conv1d)");
+        else throw std::invalid_argument("--parts: unknown part '" + part + "' (attention, training, kernel, gqa, rnn, conv1d)");
       }
     } else if (key == "--masks") {
       options.masks.clear();
@@ -186,7 +189,7 @@ Options parse(int argc, char** argv) {
     } else {
       throw std::invalid_argument("unknown option '" + arg +
                                   "'; options: --threads=1,2 --rounds=5 --min-time=0.1 --long-call=1 --max-n=8192 "
-                                  "--parts=attention,training,kernel,rnn,conv1d --masks=none,lens,causal --attend-openblas-threads=N --csv=FILE --json=FILE");
+                                  "--parts=attention,training,kernel,gqa,rnn,conv1d --masks=none,lens,causal --attend-openblas-threads=N --csv=FILE --json=FILE");
     }
   }
   if (options.threads.empty() || options.rounds < 1 || options.min_time < 0 || options.attend_openblas_threads < 0)
@@ -444,6 +447,8 @@ class Table {
     if (n == "torch_fused") return "fused";
     if (n == "torch_sdpa") return "sdpa";
     if (n == "torch_sdpa_bf16") return "bf16";
+    if (n == "torch_sdpa_gqa") return "gqa";
+    if (n == "torch_sdpa_repeat_kv") return "rep";
     return n;
   }
   std::string shape_header_;
@@ -937,6 +942,92 @@ class Kernel {
   torch::Tensor q_, k_, v_, q16_, k16_, v16_;  // (batch, heads, n, d): float, bfloat16
   torch::Tensor keep_, keep16_;
 };
+
+// ---- grouped-query attention: prefill and decoding (PyTorch 2 only) ------------------------------------------------
+
+// attend::scaled_dot_product_attention on (batch, steps, heads * d) — Q with `heads` heads, K and V with `kv_heads`,
+// each key/value head read in place for its group — into a preallocated output, against at::scaled_dot_product_attention
+// on contiguous (batch, heads, steps, d) tensors: with enable_gqa=true (PyTorch's own grouped-query path), and after
+// repeat_interleave of K and V to `heads` heads (what transformers' repeat_kv does before SDPA). A prefill shape is
+// causal self-attention over n steps; a decode shape is `queries` queries (1: one token) against n cached steps, no
+// mask. FLOPs: 4 b heads queries n d (halved for causal prefill).
+struct GroupedShape {
+  Index batch, heads, kv_heads, queries, n, d;
+  bool causal;
+};
+
+const GroupedShape grouped_shapes[] = {{1, 32, 8, 512, 512, 128, true},  {1, 32, 8, 2048, 2048, 128, true},
+                                       {4, 16, 4, 1024, 1024, 64, true}, {1, 32, 8, 1, 1024, 128, false},
+                                       {1, 32, 8, 1, 8192, 128, false},  {1, 32, 8, 1, 32768, 128, false},
+                                       {8, 32, 8, 1, 4096, 128, false},  {1, 32, 8, 4, 8192, 128, false}};
+
+class Grouped {
+ public:
+  static constexpr bool inference = true;
+
+  explicit Grouped(const GroupedShape& s)
+      : s_(s),
+        Q_(s.batch, s.queries, s.heads * s.d),
+        K_(s.batch, s.n, s.kv_heads * s.d),
+        V_(s.batch, s.n, s.kv_heads * s.d),
+        out_(s.batch, s.queries, s.heads * s.d) {
+    attend::Generator generator(45);
+    for (Tensor3<float>* X : {&Q_, &K_, &V_})
+      for (Index i = 0; i < X->size(); ++i) X->data()[i] = generator.uniform(-1.0f, 1.0f);
+    if (s.causal) mask_ = attend::Mask::causal();
+    // (batch, steps, heads * d) -> (batch, heads, steps, d), contiguous: SDPA's favoured layout
+    const auto four = [](const Tensor3<float>& X, Index heads) {
+      const Index b = X.dimension(0), t = X.dimension(1), d = X.dimension(2) / heads;
+      return to_torch(X.data(), {b, t, heads, d}).transpose(1, 2).contiguous();
+    };
+    q_ = four(Q_, s.heads);
+    k_ = four(K_, s.kv_heads);
+    v_ = four(V_, s.kv_heads);
+  }
+
+  Problem problem() const {
+    const double flops = 4.0 * s_.batch * s_.heads * s_.queries * s_.n * s_.d * (s_.causal ? 0.5 : 1.0);
+    return {"gqa",
+            attend::detail::message('(', s_.batch, ',', s_.heads, '/', s_.kv_heads, ',', s_.queries, ',', s_.n, ',',
+                                    s_.d, ')', s_.causal ? " causal" : ""),
+            s_.queries == 1 ? "decode" : "prefill",
+            "",
+            s_.batch,
+            s_.n,
+            flops};
+  }
+
+  void attend_call() {
+    attend::scaled_dot_product_attention(Q_, K_, V_, s_.heads, s_.kv_heads, mask_, options_, nullptr, out_);
+  }
+  torch::Tensor sdpa_gqa() { return at::scaled_dot_product_attention(q_, k_, v_, {}, 0.0, s_.causal, {}, true); }
+  torch::Tensor sdpa_repeated() {
+    const int64_t group = s_.heads / s_.kv_heads;
+    return at::scaled_dot_product_attention(q_, k_.repeat_interleave(group, 1), v_.repeat_interleave(group, 1), {},
+                                            0.0, s_.causal);
+  }
+
+  void check_agreement() {
+    attend_call();
+    // (batch, heads, queries, d) -> (batch, queries, heads * d), as attend's output
+    const torch::Tensor reference =
+        sdpa_gqa().transpose(1, 2).contiguous().reshape({s_.batch, s_.queries, s_.heads * s_.d});
+    check(problem().label, {{"attend", relative_difference(out_, reference)}}, 1e-4);
+  }
+
+  std::vector<Contender> contenders() {
+    return {{"attend", [this] { attend_call(); benchmark::DoNotOptimize(out_.data()); }},
+            {"torch_sdpa_gqa", [this] { benchmark::DoNotOptimize(sdpa_gqa().data_ptr()); }},
+            {"torch_sdpa_repeat_kv", [this] { benchmark::DoNotOptimize(sdpa_repeated().data_ptr()); }}};
+  }
+
+ private:
+  GroupedShape s_;
+  Tensor3<float> Q_, K_, V_, out_;  // (batch, queries, heads * d), (batch, n, kv_heads * d) twice, as Q_
+  attend::Mask mask_;
+  attend::ScoreOptions<float> options_;
+  torch::Tensor q_, k_, v_;  // (batch, heads, queries, d), (batch, kv_heads, n, d) twice
+};
 #endif
 
 // ---- RNN ------------------------------------------------------------------------------------------------------------
@@ -1162,6 +1253,7 @@ int main(int argc, char** argv) try {
   const Table training_table("(batch,n,d,heads)",
                              {"attend", "attend_direct", "attend_tiled", "torch_mha", "torch_sdpa"});
   const Table kernel_table("(batch,heads,n,d)", {"attend", "attend_tiled", "torch_sdpa", "torch_sdpa_bf16"});
+  const Table grouped_table("(b,H/G,q,n,d)", {"attend", "torch_sdpa_gqa", "torch_sdpa_repeat_kv"});
 #else
   const Table attention_table("(batch,n,d,heads)",
                               {"attend", "attend_direct", "attend_tiled", "torch_mha", "torch_fused"});
@@ -1199,6 +1291,14 @@ int main(int argc, char** argv) try {
           }
       run_part<Kernel>(shapes, kernel_table, "scaled dot-product attention alone, (batch,heads,n,d)" + at, options,
                        threads, sgemm, results);
+    }
+    if (options.gqa) {
+      std::vector<GroupedShape> shapes;
+      for (const GroupedShape& g : grouped_shapes)
+        if (g.n <= options.max_n) shapes.push_back(g);
+      run_part<Grouped>(shapes, grouped_table,
+                        "grouped-query attention, prefill and decoding, (batch,heads/kv_heads,queries,n,d)" + at,
+                        options, threads, sgemm, results);
     }
 #endif
     if (options.rnn)
