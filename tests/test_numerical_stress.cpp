@@ -895,7 +895,8 @@ TEST_CASE("float and double agree to float precision on random cases", "[numeric
     dpa_d.set_path(path);
     dpa_f.set_path(path);
     const Tensor3<double> expected = dpa_d(Q, K, V, lens);
-    const Tensor3<float> got = dpa_f(Q.cast<float>(), K.cast<float>(), V.cast<float>(), lens);
+    const Tensor3<float> Qf = Q.cast<float>(), Kf = K.cast<float>(), Vf = V.cast<float>();  // evaluated
+    const Tensor3<float> got = dpa_f(Qf, Kf, Vf, lens);
     const std::string mismatch = first_mismatch(got, expected, 0, float_double_tolerance(6 + k, 1));
     INFO(mismatch);
     CHECK(mismatch.empty());
@@ -914,7 +915,8 @@ TEST_CASE("float and double agree to float precision on random cases", "[numeric
     mha_d.set_path(path);
     mha_f.set_path(path);
     const Tensor3<double> expected = mha_d(Q, K, V, lens);
-    const Tensor3<float> got = mha_f(Q.cast<float>(), K.cast<float>(), V.cast<float>(), lens);
+    const Tensor3<float> Qf = Q.cast<float>(), Kf = K.cast<float>(), Vf = V.cast<float>();  // evaluated
+    const Tensor3<float> got = mha_f(Qf, Kf, Vf, lens);
     // chain: a projection (<= 6 terms), the scores (4), the weighted values (7), W_o (12); values of size <= 1
     const std::string mismatch = first_mismatch(got, expected, 0, float_double_tolerance(6 + 4 + k + hiddens, 1));
     INFO(mismatch);

@@ -17,6 +17,7 @@
 #include <attend/detail/attend_rows.hpp>
 #include <attend/detail/attention_dropout.hpp>
 #include <attend/detail/softmax.hpp>
+#include <attend/detail/views.hpp>
 #include <attend/linear.hpp>
 #include <attend/mask.hpp>
 #include <attend/masked_softmax.hpp>
@@ -47,16 +48,21 @@ class AdditiveAttention : public Module, public detail::WithParameters<AdditiveA
 
   // queries (batch, q, query_size), keys (batch, k, key_size), values (batch, k, v) -> (batch, q, v)
   // mask: none; valid lengths (batch,) or (batch, q); or any Mask, keep tensor (batch or 1, q, k)
-  // Keeps the weights (attention_weights()) and records the call for backward().
-  Tensor3<Scalar> operator()(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
+  // Keeps the weights (attention_weights()) and records the call for backward(). Each tensor argument is a Tensor3
+  // or a map of one (TensorMap3, ConstTensorMap3), read in place, as every tensor argument below.
+  template <class Queries, class Keys, class Values>
+  Tensor3<Scalar> operator()(const Queries& queries_in, const Keys& keys_in, const Values& values_in,
                              const Mask& mask = {}) {
+    const ConstTensorMap3<Scalar> queries = detail::input3<Scalar>(queries_in), keys = detail::input3<Scalar>(keys_in),
+                                  values = detail::input3<Scalar>(values_in);
     check(queries, keys, values, mask, "AdditiveAttention");
     const bool drop = is_training() && dropout_ > Scalar(0);
     const detail::AttentionDropout dropout =
         drop ? detail::AttentionDropout(static_cast<double>(dropout_), generator_.next()) : detail::AttentionDropout();
     recorded_ = false;
-    Tensor3<Scalar> weights;  // (batch, q, k)
-    Tensor3<Scalar> output = run(queries, keys, values, mask, dropout, weights, record_.q, record_.k);
+    Tensor3<Scalar> weights;                                               // (batch, q, k)
+    Tensor3<Scalar> output(queries.dimension(0), queries.dimension(1), values.dimension(2));  // (batch, q, v)
+    run(queries, keys, values, mask, dropout, weights, record_.q, record_.k, detail::output3<Scalar>(output));
     attention_weights_ = std::move(weights);
     record_.queries = queries;
     record_.keys = keys;
@@ -68,19 +74,42 @@ class AdditiveAttention : public Module, public detail::WithParameters<AdditiveA
   }
 
   // The evaluation-mode output, whatever is_training(): no dropout, nothing kept or recorded.
-  Tensor3<Scalar> forward(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
+  template <class Queries, class Keys, class Values>
+  Tensor3<Scalar> forward(const Queries& queries_in, const Keys& keys_in, const Values& values_in,
                           const Mask& mask = {}) const {
+    const ConstTensorMap3<Scalar> queries = detail::input3<Scalar>(queries_in), keys = detail::input3<Scalar>(keys_in),
+                                  values = detail::input3<Scalar>(values_in);
     check(queries, keys, values, mask, "AdditiveAttention::forward");
+    Tensor3<Scalar> output(queries.dimension(0), queries.dimension(1), values.dimension(2));  // (batch, q, v)
     Tensor3<Scalar> weights, q, k;  // (batch, q, k), (batch, q, num_hiddens), (batch, k, num_hiddens)
-    return run(queries, keys, values, mask, detail::AttentionDropout(), weights, q, k);
+    run(queries, keys, values, mask, detail::AttentionDropout(), weights, q, k, detail::output3<Scalar>(output));
+    return output;
+  }
+  // The same into out (batch, q, v): a Tensor3 of that shape or a TensorMap3 of the caller's memory, apart from the
+  // inputs'. The weights and projections are the call's own scratch.
+  template <class Queries, class Keys, class Values, class Out>
+  void forward(const Queries& queries_in, const Keys& keys_in, const Values& values_in, const Mask& mask,
+               Out&& out_arg) const {
+    constexpr const char* where = "AdditiveAttention::forward";
+    const ConstTensorMap3<Scalar> queries = detail::input3<Scalar>(queries_in), keys = detail::input3<Scalar>(keys_in),
+                                  values = detail::input3<Scalar>(values_in);
+    const TensorMap3<Scalar> out = detail::output3<Scalar>(out_arg);
+    check(queries, keys, values, mask, where);
+    detail::require_shape(out, {queries.dimension(0), queries.dimension(1), values.dimension(2)}, where, "out",
+                          "(batch, queries, value_dim)");
+    detail::require_apart(out, values, where, "values");
+    Tensor3<Scalar> weights, q, k;  // (batch, q, k), (batch, q, num_hiddens), (batch, k, num_hiddens)
+    run(queries, keys, values, mask, detail::AttentionDropout(), weights, q, k, out);
   }
 
   // grad_output (batch, q, v), the gradient of the last operator() call's output -> AttentionGradients {queries,
   // keys, values} of that call's shapes; adds the gradients of W_q, W_k and w_v. Throws std::logic_error when no
   // call was recorded, std::invalid_argument for a grad_output of another shape or a parameter or gradient resized;
   // a call that throws changes nothing.
-  AttentionGradients<Scalar> backward(const Tensor3<Scalar>& grad_output) {
+  template <class GradOutput>
+  AttentionGradients<Scalar> backward(const GradOutput& grad_output_in) {
     constexpr const char* where = "AdditiveAttention::backward";
+    const ConstTensorMap3<Scalar> grad_output = detail::input3<Scalar>(grad_output_in);
     detail::require_recorded(recorded_, where, "AdditiveAttention");
     W_q_.require_parameters(where);
     W_k_.require_parameters(where);
@@ -147,8 +176,8 @@ class AdditiveAttention : public Module, public detail::WithParameters<AdditiveA
     detail::AttentionDropout dropout;
   };
 
-  void check(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-             const Mask& mask, const char* where) const {
+  void check(const ConstTensorMap3<Scalar>& queries, const ConstTensorMap3<Scalar>& keys,
+             const ConstTensorMap3<Scalar>& values, const Mask& mask, const char* where) const {
     W_q_.require_parameters(where, " W_q");
     W_k_.require_parameters(where, " W_k");
     w_v_.require_parameters(where, " w_v");
@@ -160,17 +189,16 @@ class AdditiveAttention : public Module, public detail::WithParameters<AdditiveA
     mask.require_shape(queries.dimension(0), queries.dimension(1), keys.dimension(1), where);
   }
 
-  // The forward pass on checked arguments: the weights (batch, q, k) and the projections q, k into the caller's
-  // tensors; dropout on the weights that multiply the values (pair b for batch row b).
-  Tensor3<Scalar> run(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-                      const Mask& mask, const detail::AttentionDropout& dropout, Tensor3<Scalar>& weights,
-                      Tensor3<Scalar>& q, Tensor3<Scalar>& k) const {
+  // The forward pass on checked arguments into output (batch, q, v): the weights (batch, q, k) and the projections
+  // q, k into the caller's tensors; dropout on the weights that multiply the values (pair b for batch row b).
+  void run(const ConstTensorMap3<Scalar>& queries, const ConstTensorMap3<Scalar>& keys,
+           const ConstTensorMap3<Scalar>& values, const Mask& mask, const detail::AttentionDropout& dropout,
+           Tensor3<Scalar>& weights, Tensor3<Scalar>& q, Tensor3<Scalar>& k, const TensorMap3<Scalar>& output) const {
     const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
     q = W_q_.forward(queries);                          // (batch, q, num_hiddens)
     k = W_k_.forward(keys);                             // (batch, k, num_hiddens)
     const auto w_v = w_v_.weight().row(0).transpose();  // (num_hiddens)
     weights.resize(batch, num_queries, num_keys);
-    Tensor3<Scalar> output(batch, num_queries, values.dimension(2));  // (batch, q, v)
     for (Index b = 0; b < batch; ++b) {
       const auto k_b = detail::slice(k, b);     // (k, num_hiddens)
       auto scores = detail::slice(weights, b);  // (q, k)
@@ -182,7 +210,6 @@ class AdditiveAttention : public Module, public detail::WithParameters<AdditiveA
       auto out = detail::slice(output, b);  // (q, v)
       detail::attend_rows(scores, mask, b, detail::slice(values, b), out, dropout);
     }
-    return output;
   }
 
   friend class detail::WithParameters<AdditiveAttention<Scalar>, Scalar>;

@@ -41,6 +41,7 @@
 #include <attend/detail/products.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/detail/rows_times_matrix.hpp>
+#include <attend/detail/views.hpp>
 #include <attend/module.hpp>
 #include <attend/parameter.hpp>
 #include <attend/random.hpp>
@@ -85,8 +86,11 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
   Index right_padding() const { return kernel_size_ - 1 - left_padding(); }
 
   // X: (batch, steps, in_channels) -> (batch, steps, out_channels); keeps X for backward().
-  // Zero batch rows or zero steps give an empty result of that shape.
-  Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) {
+  // Zero batch rows or zero steps give an empty result of that shape. X is a Tensor3 or a map of one (TensorMap3,
+  // ConstTensorMap3), read in place, as every tensor argument below.
+  template <class Input>
+  Tensor3<Scalar> operator()(const Input& input) {
+    const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
     Tensor3<Scalar> Y = forward(X);  // (batch, steps, out_channels); throws before anything is kept
     recorded_input_ = X;
     recorded_ = true;
@@ -94,20 +98,36 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
   }
 
   // The same output, keeping nothing.
-  Tensor3<Scalar> forward(const Tensor3<Scalar>& X) const {
-    require_parameters("Conv1d");
-    detail::require_dim(X, 2, in_channels_, "Conv1d", "X", "features (in_channels)");
+  template <class Input>
+  Tensor3<Scalar> forward(const Input& input) const {
+    const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
+    check_input(X, "Conv1d");
     Tensor3<Scalar> Y(X.dimension(0), X.dimension(1), out_channels_);  // (batch, steps, out)
-    correlate(X, output_taps(), left_padding(), has_bias_ ? bias_.data() : nullptr, Y);
+    correlate(X, output_taps(), left_padding(), has_bias_ ? bias_.data() : nullptr, detail::output3<Scalar>(Y));
     return Y;
+  }
+  // The same into out (batch, steps, out_channels): a Tensor3 of that shape or a TensorMap3 of the caller's memory,
+  // apart from X's.
+  template <class Input, class Out>
+  void forward(const Input& input, Out&& out_arg) const {
+    constexpr const char* where = "Conv1d::forward";
+    const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
+    const TensorMap3<Scalar> out = detail::output3<Scalar>(out_arg);
+    check_input(X, where);
+    detail::require_shape(out, {X.dimension(0), X.dimension(1), out_channels_}, where, "out",
+                          "(batch, steps, out_channels)");
+    detail::require_apart(out, X, where, "X");
+    correlate(X, output_taps(), left_padding(), has_bias_ ? bias_.data() : nullptr, out);
   }
 
   // dY: (batch, steps, out_channels), the gradient of the last operator() call's output -> dX (batch, steps,
   // in_channels); adds dW and db into weight_grad() and bias_grad(). Throws std::logic_error when no call was
   // recorded, std::invalid_argument when dY has another shape or a parameter or gradient was resized; a call that
   // throws changes nothing.
-  Tensor3<Scalar> backward(const Tensor3<Scalar>& dY) {
+  template <class GradOutput>
+  Tensor3<Scalar> backward(const GradOutput& grad_output) {
     constexpr const char* where = "Conv1d::backward";
+    const ConstTensorMap3<Scalar> dY = detail::input3<Scalar>(grad_output);
     detail::require_recorded(recorded_, where, "Conv1d");
     require_parameters(where);
     this->require_gradients(where);
@@ -115,7 +135,7 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
     const Index batch = X.dimension(0), steps = X.dimension(1);
     detail::require_shape(dY, {batch, steps, out_channels_}, where, "grad_output", "(batch, steps, out_channels)");
     Tensor3<Scalar> dX(batch, steps, in_channels_);  // (batch, steps, in_channels)
-    correlate(dY, input_taps(), right_padding(), nullptr, dX);
+    correlate(dY, input_taps(), right_padding(), nullptr, detail::output3<Scalar>(dX));
     // This call's gradients, each added in, as PyTorch adds a new gradient to .grad.
     add_weight_gradient(X, dY);
     if (has_bias_ && dY.size() > 0) bias_grad_ += detail::as_matrix(dY).colwise().sum().transpose();
@@ -159,6 +179,11 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
   friend class detail::WithParameters<Conv1d<Scalar>, Scalar>;
   static constexpr const char* module_name = "Conv1d";
 
+  void check_input(const ConstTensorMap3<Scalar>& X, const char* where) const {
+    require_parameters(where);
+    detail::require_dim(X, 2, in_channels_, where, "X", "features (in_channels)");
+  }
+
   // Calls visit(name, parameter, gradient, shape) for each parameter of self (a Conv1d or a const one).
   template <class Self, class Visit>
   static void visit_with_gradients_of(Self& self, Visit& visit) {
@@ -188,7 +213,8 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
   // steps s - left .. s - left + k - 1, zero outside it. Per chunk of steps, one call of the kernel table's
   // correlate_rows, reading X and the taps in place (detail/kernels/products-inl.hpp: the order of each output's sum,
   // fixed by the shape); Y starts from 0, the bias added last.
-  void correlate(const Tensor3<Scalar>& X, const Taps& taps, Index left, const Scalar* bias, Tensor3<Scalar>& Y) const {
+  void correlate(const ConstTensorMap3<Scalar>& X, const Taps& taps, Index left, const Scalar* bias,
+                 const TensorMap3<Scalar>& Y) const {
     const Index batch = X.dimension(0), steps = X.dimension(1), m = X.dimension(2), n = Y.dimension(2);
     const Index k = kernel_size_;
     const Index chunks = (steps + detail::rows_per_chunk - 1) / detail::rows_per_chunk;  // per batch row
@@ -209,7 +235,7 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
   // weight_grad() += dW (out, in, k): per batch row b, dY_b^T (out, steps) times the windows of X_b (steps, k * in;
   // row s holds X's steps s - left .. s - left + k - 1), added over the batch rows in order into (out, k * in) with
   // column t * in + i, then added in W's order. X (batch, steps, in), dY (batch, steps, out).
-  void add_weight_gradient(const Tensor3<Scalar>& X, const Tensor3<Scalar>& dY) {
+  void add_weight_gradient(const Tensor3<Scalar>& X, const ConstTensorMap3<Scalar>& dY) {
     const Index batch = X.dimension(0), steps = X.dimension(1);
     const Index in = in_channels_, out = out_channels_, k = kernel_size_;
     Matrix<Scalar> sums = Matrix<Scalar>::Zero(out, k * in);  // (out, k * in)

@@ -55,6 +55,10 @@ class DotProductAttention : public detail::AttentionPathModule<DotProductAttenti
   // result as operator().
   // forward(queries, keys, values, mask, AttentionWorkspace<Scalar>& workspace) const: the same, with the caller's
   // workspace (one per thread): repeated calls of one shape allocate only the output.
+  // forward(queries, keys, values, mask, workspace, out) const: the same into out, a Tensor3 of the output's shape or
+  // a TensorMap3 of the caller's memory: repeated calls of one shape allocate nothing.
+  // Every tensor argument is a Tensor3 or a map of one (TensorMap3, ConstTensorMap3), read in place; one tensor (or
+  // maps of the same memory) as queries, keys and values is self-attention.
   using Base::forward;
 
   // set_path(AttentionPath), path(): which implementation runs: automatic (default), direct or tiled; see
@@ -102,8 +106,8 @@ class DotProductAttention : public detail::AttentionPathModule<DotProductAttenti
     return dropout;
   }
 
-  static void check(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-                    const Mask& mask, const char* where) {
+  static void check(const ConstTensorMap3<Scalar>& queries, const ConstTensorMap3<Scalar>& keys,
+                    const ConstTensorMap3<Scalar>& values, const Mask& mask, const char* where) {
     detail::require_same_dim(queries, keys, 0, where, "queries", "keys", "batch size");
     detail::require_same_dim(keys, values, 0, where, "keys", "values", "batch size");
     detail::require_same_dim(queries, keys, 2, where, "queries", "keys", "feature size");
@@ -114,21 +118,24 @@ class DotProductAttention : public detail::AttentionPathModule<DotProductAttenti
   }
 
   // The elements of the (batch, q, k) weights the direct path forms.
-  static Index weights_count(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys) {
+  static Index weights_count(const ConstTensorMap3<Scalar>& queries, const ConstTensorMap3<Scalar>& keys) {
     return queries.dimension(0) * queries.dimension(1) * keys.dimension(1);
   }
 
-  Index output_features(const Tensor3<Scalar>& values) const { return values.dimension(2); }
+  template <class Values>
+  Index output_features(const Values& values) const {
+    return values.dimension(2);
+  }
   void check_backward(const char*) const {}  // no parameter to check
 
-  // The forward pass on checked arguments. weights: where the direct path keeps them, or null (the workspace's are
-  // used); tiled: the path; record: where to keep the output and the tiled path's log-sum-exp, or null.
-  Tensor3<Scalar> run(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-                      const Mask& mask, AttentionWorkspace<Scalar>& ws, Tensor3<Scalar>* weights,
-                      const detail::AttentionDropout& dropout, bool tiled,
-                      detail::AttentionRecord<Scalar>* record) const {
+  // The forward pass on checked arguments, into output (batch, q, v). weights: where the direct path keeps them, or
+  // null (the workspace's are used); tiled: the path; record: where to keep the output and the tiled path's
+  // log-sum-exp, or null.
+  void run(const ConstTensorMap3<Scalar>& queries, const ConstTensorMap3<Scalar>& keys,
+           const ConstTensorMap3<Scalar>& values, const Mask& mask, AttentionWorkspace<Scalar>& ws,
+           Tensor3<Scalar>* weights, const detail::AttentionDropout& dropout, bool tiled,
+           detail::AttentionRecord<Scalar>* record, const TensorMap3<Scalar>& output) const {
     const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
-    Tensor3<Scalar> output(batch, num_queries, values.dimension(2));  // (batch, q, v)
     // One head per batch row: (batch, steps) steps of one head of features.
     const auto Q = detail::heads_of(detail::as_matrix(queries), batch, num_queries, 1);
     const auto K = detail::heads_of(detail::as_matrix(keys), batch, num_keys, 1);
@@ -141,13 +148,12 @@ class DotProductAttention : public detail::AttentionPathModule<DotProductAttenti
       if (record != nullptr) record->heads = detail::as_matrix(output);
     } else {
       detail::scaled_dot_product_heads<Scalar>(Q, K, V, mask, weights != nullptr ? *weights : ws.weights, out,
-                                               dropout);
+                                               dropout, &ws.direct);
     }
-    return output;
   }
 
   AttentionGradients<Scalar> backward_pass(const detail::AttentionRecord<Scalar>& r, const Tensor3<Scalar>* weights,
-                                           const Tensor3<Scalar>& grad_output,
+                                           const ConstTensorMap3<Scalar>& grad_output,
                                            detail::HeadsBackwardBuffers<Scalar>& buffers) const {
     const Tensor3<Scalar>&queries = r.queries, &keys = r.keys_in(), &values = r.values_in();
     const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);

@@ -14,6 +14,7 @@
 
 #include <attend/detail/products.hpp>
 #include <attend/detail/project_rows.hpp>
+#include <attend/detail/views.hpp>
 #include <attend/module.hpp>
 #include <attend/parameter.hpp>
 #include <attend/random.hpp>
@@ -50,8 +51,11 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
   Index in_features() const { return in_features_; }
   Index out_features() const { return out_features_; }
 
-  // X: (batch, steps, in_features) -> (batch, steps, out_features); keeps X for backward().
-  Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) {
+  // X: (batch, steps, in_features) -> (batch, steps, out_features); keeps X for backward(). X is a Tensor3 or a map
+  // of one (TensorMap3, ConstTensorMap3), read in place, as every tensor argument below.
+  template <class Input>
+  Tensor3<Scalar> operator()(const Input& input) {
+    const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
     Tensor3<Scalar> Y = forward(X);  // (batch, steps, out_features); throws before anything is kept
     recorded_input_ = X;
     recorded_ = true;
@@ -59,20 +63,36 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
   }
 
   // The same output, keeping nothing.
-  Tensor3<Scalar> forward(const Tensor3<Scalar>& X) const {
-    require_parameters("Linear");
-    detail::require_dim(X, 2, in_features_, "Linear", "X", "features (in_features)");
+  template <class Input>
+  Tensor3<Scalar> forward(const Input& input) const {
+    const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
+    check_input(X, "Linear");
     Tensor3<Scalar> Y(X.dimension(0), X.dimension(1), out_features_);  // (batch, steps, out_features)
     apply(detail::as_matrix(X), detail::as_matrix(Y));
     return Y;
+  }
+  // The same into out (batch, steps, out_features): a Tensor3 of that shape or a TensorMap3 of the caller's memory,
+  // apart from X's.
+  template <class Input, class Out>
+  void forward(const Input& input, Out&& out_arg) const {
+    constexpr const char* where = "Linear::forward";
+    const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
+    const TensorMap3<Scalar> out = detail::output3<Scalar>(out_arg);
+    check_input(X, where);
+    detail::require_shape(out, {X.dimension(0), X.dimension(1), out_features_}, where, "out",
+                          "(batch, steps, out_features)");
+    detail::require_apart(out, X, where, "X");
+    apply(detail::as_matrix(X), detail::as_matrix(out));
   }
 
   // dY: (batch, steps, out_features), the gradient of the last operator() call's output -> dX (batch, steps,
   // in_features); adds dW and db into weight_grad() and bias_grad(). Throws std::logic_error when no call was
   // recorded, std::invalid_argument when dY has another shape or a parameter or gradient was resized; a call that
   // throws changes nothing.
-  Tensor3<Scalar> backward(const Tensor3<Scalar>& dY) {
+  template <class GradOutput>
+  Tensor3<Scalar> backward(const GradOutput& grad_output) {
     constexpr const char* where = "Linear::backward";
+    const ConstTensorMap3<Scalar> dY = detail::input3<Scalar>(grad_output);
     detail::require_recorded(recorded_, where, "Linear");
     require_parameters(where);
     this->require_gradients(where);
@@ -150,6 +170,11 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
  private:
   friend class detail::WithParameters<Linear<Scalar>, Scalar>;
   static constexpr const char* module_name = "Linear";
+
+  void check_input(const ConstTensorMap3<Scalar>& X, const char* where) const {
+    require_parameters(where);
+    detail::require_dim(X, 2, in_features_, where, "X", "features (in_features)");
+  }
 
   // Calls visit(name, parameter, gradient, shape) for each parameter of self (a Linear or a const one).
   template <class Self, class Visit>

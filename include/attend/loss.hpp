@@ -13,6 +13,7 @@
 
 #include <attend/config.hpp>
 
+#include <attend/detail/views.hpp>
 #include <attend/tensor.hpp>
 #include <attend/valid_lens.hpp>
 
@@ -29,10 +30,13 @@ struct Loss {
   Tensor3<Scalar> grad;  // d value / d prediction, the prediction's shape
 };
 
-// prediction, target: the same shape, at least one element.
-template <class Scalar>
-Loss<Scalar> mse_loss(const Tensor3<Scalar>& prediction, const Tensor3<Scalar>& target) {
+// prediction, target: the same shape, at least one element; each a Tensor3 or a map of one (TensorMap3,
+// ConstTensorMap3), read in place, as the logits below.
+template <class Prediction, class Target, class Scalar = detail::argument_scalar<Prediction>>
+Loss<Scalar> mse_loss(const Prediction& prediction_in, const Target& target_in) {
   constexpr const char* where = "mse_loss";
+  const ConstTensorMap3<Scalar> prediction = detail::input3<Scalar>(prediction_in),
+                                target = detail::input3<Scalar>(target_in);
   const auto& d = prediction.dimensions();
   detail::require_shape(target, {d[0], d[1], d[2]}, where, "target", "(prediction's shape)");
   detail::require(prediction.size() > 0, where, ": prediction must have at least one element, got shape ",
@@ -51,10 +55,10 @@ Loss<Scalar> mse_loss(const Tensor3<Scalar>& prediction, const Tensor3<Scalar>& 
 
 // logits: (batch, steps, classes), classes >= 1; labels: (batch, steps), each in [0, classes); valid_lens: none or
 // (batch,). A batch or steps of 0 gives NaN, as PyTorch's mean over nothing.
-template <class Scalar>
-Loss<Scalar> cross_entropy(const Tensor3<Scalar>& logits, const Matrix<Index>& labels,
-                           const ValidLens& valid_lens = {}) {
+template <class Logits, class Scalar = detail::argument_scalar<Logits>>
+Loss<Scalar> cross_entropy(const Logits& logits_in, const Matrix<Index>& labels, const ValidLens& valid_lens = {}) {
   constexpr const char* where = "cross_entropy";
+  const ConstTensorMap3<Scalar> logits = detail::input3<Scalar>(logits_in);
   const Index batch = logits.dimension(0), steps = logits.dimension(1), classes = logits.dimension(2);
   detail::require(classes >= 1, where, ": logits must have at least one class (axis 2), got shape ",
                   detail::shape_text(logits.dimensions()));

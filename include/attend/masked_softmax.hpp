@@ -12,6 +12,7 @@
 #include <attend/detail/kernels.hpp>
 #include <attend/detail/mask_row.hpp>
 #include <attend/detail/softmax.hpp>
+#include <attend/detail/views.hpp>
 #include <attend/mask.hpp>
 #include <attend/tensor.hpp>
 #include <attend/valid_lens.hpp>
@@ -22,8 +23,10 @@ inline namespace ATTEND_ABI {
 // X: (batch, queries, keys) -> (batch, queries, keys)
 // mask: none; a ValidLens (batch,) or (batch, queries); or any Mask (see mask.hpp), keep tensor (batch or 1, queries,
 // keys).
-template <class Scalar>
-Tensor3<Scalar> masked_softmax(const Tensor3<Scalar>& X, const Mask& mask = {}) {
+// X is a Tensor3 or a map of one (TensorMap3, ConstTensorMap3), read in place, as Y and dY below.
+template <class Input, class Scalar = detail::argument_scalar<Input>>
+Tensor3<Scalar> masked_softmax(const Input& input, const Mask& mask = {}) {
+  const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
   mask.require_shape(X.dimension(0), X.dimension(1), X.dimension(2), "masked_softmax");
   Tensor3<Scalar> weights = X;  // (batch, queries, keys)
   for (Index b = 0; b < X.dimension(0); ++b) {
@@ -38,9 +41,10 @@ Tensor3<Scalar> masked_softmax(const Tensor3<Scalar>& X, const Mask& mask = {}) 
 // was replaced (by -1e6) before the softmax, so it does not depend on X at all. A query that sees no key gets a zero
 // row, whatever the mask's FullyMasked rule (detail/kernels/softmax-inl.hpp). Y must be what masked_softmax(X, mask)
 // gave.
-template <class Scalar>
-Tensor3<Scalar> masked_softmax_backward(const Tensor3<Scalar>& Y, const Tensor3<Scalar>& dY, const Mask& mask = {}) {
+template <class Output, class GradOutput, class Scalar = detail::argument_scalar<Output>>
+Tensor3<Scalar> masked_softmax_backward(const Output& output, const GradOutput& grad_output, const Mask& mask = {}) {
   constexpr const char* where = "masked_softmax_backward";
+  const ConstTensorMap3<Scalar> Y = detail::input3<Scalar>(output), dY = detail::input3<Scalar>(grad_output);
   const Index batch = Y.dimension(0), num_queries = Y.dimension(1), num_keys = Y.dimension(2);
   detail::require_shape(dY, {batch, num_queries, num_keys}, where, "grad_Y", "(Y's shape: batch, queries, keys)");
   mask.require_shape(batch, num_queries, num_keys, where);

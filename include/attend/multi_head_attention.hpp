@@ -83,6 +83,10 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
   // file); same arguments and result as operator().
   // forward(queries, keys, values, mask, AttentionWorkspace<Scalar>& workspace) const: the same, with the caller's
   // workspace (one per thread): repeated calls of one shape allocate only the output.
+  // forward(queries, keys, values, mask, workspace, out) const: the same into out, a Tensor3 of the output's shape or
+  // a TensorMap3 of the caller's memory: repeated calls of one shape allocate nothing.
+  // Every tensor argument is a Tensor3 or a map of one (TensorMap3, ConstTensorMap3), read in place; one tensor (or
+  // maps of the same memory) as queries, keys and values is self-attention.
   using Base::forward;
 
   // set_path(AttentionPath), path(): which implementation computes the heads: automatic (default), direct or tiled;
@@ -120,8 +124,8 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
   static constexpr const char* module_name = name;
   static constexpr const char* forward_name = "MultiHeadAttention::forward";
 
-  void check(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-             const Mask& mask, const char* where) const {
+  void check(const ConstTensorMap3<Scalar>& queries, const ConstTensorMap3<Scalar>& keys,
+             const ConstTensorMap3<Scalar>& values, const Mask& mask, const char* where) const {
     check_parameters(name);
     detail::require_dim(queries, 2, W_q_.in_features(), where, "queries", "features (query_size)");
     detail::require_dim(keys, 2, W_k_.in_features(), where, "keys", "features (key_size)");
@@ -133,11 +137,14 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
   }
 
   // The elements of the (batch * num_heads, q, k) weights the direct path forms.
-  Index weights_count(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys) const {
+  Index weights_count(const ConstTensorMap3<Scalar>& queries, const ConstTensorMap3<Scalar>& keys) const {
     return queries.dimension(0) * num_heads_ * queries.dimension(1) * keys.dimension(1);
   }
 
-  Index output_features(const Tensor3<Scalar>&) const { return W_o_.out_features(); }
+  template <class Values>
+  Index output_features(const Values&) const {
+    return W_o_.out_features();
+  }
 
   void check_backward(const char* where) const {
     check_parameters(where);
@@ -151,13 +158,13 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
     W_o_.require_parameters(where, " W_o");
   }
 
-  // The forward pass on checked arguments. weights: where the direct path keeps them, or null (the workspace's are
-  // used); tiled: the path; record: where to keep the projections, the heads and the tiled path's log-sum-exp, or
-  // null.
-  Tensor3<Scalar> run(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-                      const Mask& mask, AttentionWorkspace<Scalar>& ws, Tensor3<Scalar>* weights,
-                      const detail::AttentionDropout& dropout, bool tiled,
-                      detail::AttentionRecord<Scalar>* record) const {
+  // The forward pass on checked arguments, into output (batch, q, num_hiddens). weights: where the direct path keeps
+  // them, or null (the workspace's are used); tiled: the path; record: where to keep the projections, the heads and
+  // the tiled path's log-sum-exp, or null.
+  void run(const ConstTensorMap3<Scalar>& queries, const ConstTensorMap3<Scalar>& keys,
+           const ConstTensorMap3<Scalar>& values, const Mask& mask, AttentionWorkspace<Scalar>& ws,
+           Tensor3<Scalar>* weights, const detail::AttentionDropout& dropout, bool tiled,
+           detail::AttentionRecord<Scalar>* record, const TensorMap3<Scalar>& output) const {
     const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);
     const Index num_hiddens = W_o_.out_features();
     ws.Q.resize(batch * num_queries, num_hiddens);  // (batch * q, num_hiddens)
@@ -166,7 +173,7 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
     const auto into = [](const Linear<Scalar>& linear, Matrix<Scalar>& Y, detail::TransposedWeight<Scalar>& kept) {
       return detail::projection(linear.weight(), linear.bias(), Y.data(), &kept);
     };
-    if (&queries == &keys && &keys == &values) {  // self-attention: one pass over X for Q, K and V
+    if (detail::same_memory(queries, keys) && detail::same_memory(keys, values)) {  // self: one pass over X
       detail::project_rows<Scalar>(detail::as_matrix(queries),
                                    {into(W_q_, ws.Q, ws.W_q), into(W_k_, ws.K, ws.W_k), into(W_v_, ws.V, ws.W_v)});
     } else {
@@ -186,10 +193,9 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
                                             record != nullptr ? &record->lse : nullptr);
     } else {
       detail::scaled_dot_product_heads<Scalar>(Qh, Kh, Vh, mask, weights != nullptr ? *weights : ws.weights, out,
-                                               dropout);
+                                               dropout, &ws.direct);
     }
 
-    Tensor3<Scalar> output(batch, num_queries, num_hiddens);  // (batch, q, num_hiddens)
     detail::project_rows<Scalar>(ws.heads, {detail::projection(W_o_.weight(), W_o_.bias(), output.data(), &ws.W_o)});
     if (record != nullptr) {  // the record takes the buffers; the workspace gets the previous record's, same sizes
       record->Q.swap(ws.Q);
@@ -197,12 +203,11 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
       record->V.swap(ws.V);
       record->heads.swap(ws.heads);
     }
-    return output;
   }
 
   // The backward pass of a recorded call: W_o, the heads (on that call's path), then W_q, W_k, W_v.
   AttentionGradients<Scalar> backward_pass(const detail::AttentionRecord<Scalar>& r, const Tensor3<Scalar>* weights,
-                                           const Tensor3<Scalar>& grad_output,
+                                           const ConstTensorMap3<Scalar>& grad_output,
                                            detail::HeadsBackwardBuffers<Scalar>& buffers) {
     const Tensor3<Scalar>&queries = r.queries, &keys = r.keys_in(), &values = r.values_in();
     const Index batch = queries.dimension(0), num_queries = queries.dimension(1), num_keys = keys.dimension(1);

@@ -12,6 +12,7 @@
 #include <attend/config.hpp>
 
 #include <attend/dropout.hpp>
+#include <attend/detail/views.hpp>
 #include <attend/module.hpp>
 #include <attend/parameter.hpp>
 #include <attend/random.hpp>
@@ -71,8 +72,11 @@ class PositionalEncoding : public Module {
   template <class Visit>
   void visit_parameters(Visit&&) const {}
 
-  // X (batch, steps, num_hiddens) -> X + P[:steps], then dropout in training mode; steps <= max_len
-  Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) {
+  // X (batch, steps, num_hiddens) -> X + P[:steps], then dropout in training mode; steps <= max_len. X is a Tensor3
+  // or a map of one (TensorMap3, ConstTensorMap3), read in place, as dY below.
+  template <class Input>
+  Tensor3<Scalar> operator()(const Input& input) {
+    const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
     detail::require_dim(X, 2, num_hiddens(), "PositionalEncoding", "X", "features (num_hiddens)");
     detail::require(X.dimension(1) <= max_len(), "PositionalEncoding: X has ", X.dimension(1),
                     " steps, more than max_len (", max_len(), "), shape ", detail::shape_text(X.dimensions()));
@@ -97,8 +101,10 @@ class PositionalEncoding : public Module {
   // dY: (batch, steps, num_hiddens), the gradient of the last operator() call's output -> dX, the same shape:
   // dY times the factor that call's dropout gave each entry (0, or 1 / (1 - p)). Throws std::logic_error when no
   // call was recorded, std::invalid_argument when dY has another shape.
-  Tensor3<Scalar> backward(const Tensor3<Scalar>& dY) const {
+  template <class GradOutput>
+  Tensor3<Scalar> backward(const GradOutput& grad_output) const {
     constexpr const char* where = "PositionalEncoding::backward";
+    const ConstTensorMap3<Scalar> dY = detail::input3<Scalar>(grad_output);
     detail::require_recorded(recorded_, where, "PositionalEncoding");
     const auto& d = dropout_factors_.dimensions();
     detail::require_shape(dY, {d[0], d[1], d[2]}, where, "grad_output", "(batch, steps, num_hiddens)");

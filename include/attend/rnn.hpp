@@ -32,6 +32,7 @@
 #include <attend/detail/products.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/detail/packet_buffer.hpp>
+#include <attend/detail/views.hpp>
 #include <attend/module.hpp>
 #include <attend/parameter.hpp>
 #include <attend/random.hpp>
@@ -77,8 +78,11 @@ class RNN : public Module, public detail::WithParameters<RNN<Scalar>, Scalar> {
   Index hidden_size() const { return hidden_size_; }
 
   // X: (batch, steps, input_size) -> every h_t: (batch, steps, hidden_size); keeps X and the result for backward().
-  // Zero batch rows or zero steps give an empty result of that shape.
-  Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) {
+  // Zero batch rows or zero steps give an empty result of that shape. X is a Tensor3 or a map of one (TensorMap3,
+  // ConstTensorMap3), read in place, as every tensor argument below.
+  template <class Input>
+  Tensor3<Scalar> operator()(const Input& input) {
+    const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
     Tensor3<Scalar> H = forward(X);  // (batch, steps, hidden_size); throws before anything is kept
     recorded_input_ = X;
     recorded_output_ = H;
@@ -87,12 +91,38 @@ class RNN : public Module, public detail::WithParameters<RNN<Scalar>, Scalar> {
   }
 
   // The same output, keeping nothing.
-  Tensor3<Scalar> forward(const Tensor3<Scalar>& X) const {
-    require_parameters("RNN");
-    detail::require_dim(X, 2, input_size_, "RNN", "X", "features (input_size)");
+  template <class Input>
+  Tensor3<Scalar> forward(const Input& input) const {
+    const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
+    check_input(X, "RNN");
+    Tensor3<Scalar> H(X.dimension(0), X.dimension(1), hidden_size_);  // (batch, steps, hidden_size)
+    run(X, detail::output3<Scalar>(H));
+    return H;
+  }
+  // The same into out (batch, steps, hidden_size): a Tensor3 of that shape or a TensorMap3 of the caller's memory,
+  // apart from X's.
+  template <class Input, class Out>
+  void forward(const Input& input, Out&& out_arg) const {
+    constexpr const char* where = "RNN::forward";
+    const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
+    const TensorMap3<Scalar> out = detail::output3<Scalar>(out_arg);
+    check_input(X, where);
+    detail::require_shape(out, {X.dimension(0), X.dimension(1), hidden_size_}, where, "out",
+                          "(batch, steps, hidden_size)");
+    detail::require_apart(out, X, where, "X");
+    run(X, out);
+  }
+
+ private:
+  void check_input(const ConstTensorMap3<Scalar>& X, const char* where) const {
+    require_parameters(where);
+    detail::require_dim(X, 2, input_size_, where, "X", "features (input_size)");
+  }
+
+  // The forward pass on a checked X (batch, steps, input_size), into H (batch, steps, hidden_size).
+  void run(const ConstTensorMap3<Scalar>& X, const TensorMap3<Scalar>& H) const {
     const Index batch = X.dimension(0), steps = X.dimension(1), hidden = hidden_size_;
-    Tensor3<Scalar> H(batch, steps, hidden);  // (batch, steps, hidden): h_1 .. h_steps of every batch row
-    if (H.size() == 0) return H;  // no view of an empty buffer is taken below
+    if (H.size() == 0) return;  // no view of an empty buffer is taken below
 
     // 1. Input projection of every (batch row, step) at once, both biases folded in.
     auto projected = detail::as_matrix(H);  // (batch * steps, hidden), row b * steps + t
@@ -118,15 +148,18 @@ class RNN : public Module, public detail::WithParameters<RNN<Scalar>, Scalar> {
                                    hidden, nullptr, h, ld);
       rows.middleCols(t * hidden, hidden).array() = rows.middleCols(t * hidden, hidden).array().tanh();
     }
-    return H;
   }
+
+ public:
 
   // dH: (batch, steps, hidden_size), the gradient of the last operator() call's output (every h_t) -> dX (batch,
   // steps, input_size); adds the gradients of the four parameters into their buffers. Throws std::logic_error when
   // no call was recorded, std::invalid_argument when dH has another shape or a parameter or gradient was resized; a
   // call that throws changes nothing.
-  Tensor3<Scalar> backward(const Tensor3<Scalar>& dH) {
+  template <class GradOutput>
+  Tensor3<Scalar> backward(const GradOutput& grad_output) {
     constexpr const char* where = "RNN::backward";
+    const ConstTensorMap3<Scalar> dH = detail::input3<Scalar>(grad_output);
     detail::require_recorded(recorded_, where, "RNN");
     require_parameters(where);
     this->require_gradients(where);
@@ -216,7 +249,7 @@ class RNN : public Module, public detail::WithParameters<RNN<Scalar>, Scalar> {
   // stride steps * hidden; dpre starts as dH, and each step, last first, multiplies its view by tanh's derivative
   // 1 - h_t^2, then adds it times W_hh into the step before (read in place: dpre_t W_hh is (batch, hidden) x
   // (hidden, hidden) with W_hh row-major).
-  Tensor3<Scalar> through_time(const Tensor3<Scalar>& H, const Tensor3<Scalar>& dH) const {
+  Tensor3<Scalar> through_time(const Tensor3<Scalar>& H, const ConstTensorMap3<Scalar>& dH) const {
     const Index batch = H.dimension(0), steps = H.dimension(1), hidden = hidden_size_;
     Tensor3<Scalar> dpre = dH;  // (batch, steps, hidden)
     if (dpre.size() == 0) return dpre;  // no view of an empty buffer is taken below

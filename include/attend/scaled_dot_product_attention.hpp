@@ -32,18 +32,6 @@ namespace attend {
 inline namespace ATTEND_ABI {
 namespace detail {
 
-// The scalar type of an argument: its Scalar, so that a wrong argument reaches check_input3's message.
-template <class T, class = void>
-struct ArgumentScalar {
-  using type = float;
-};
-template <class T>
-struct ArgumentScalar<T, std::void_t<typename T::Scalar>> {
-  using type = std::remove_const_t<typename T::Scalar>;
-};
-template <class T>
-using argument_scalar = typename ArgumentScalar<std::remove_cv_t<std::remove_reference_t<T>>>::type;
-
 // The sizes of one call.
 struct AttentionShape {
   Index batch, queries, keys, heads, kv_heads, dim, value_dim;
@@ -130,6 +118,9 @@ void attention_into(const Queries& queries, const Keys& keys, const Values& valu
   mask.require_shape(s.batch, s.queries, s.keys, where);
   require_score_options(options, s, where);
   require_output(out, s, where);
+  require_apart(out, q, where, "queries");
+  require_apart(out, k, where, "keys");
+  require_apart(out, v, where, "values");
   attention_heads<Scalar>(heads_of_map<const Scalar>(q, num_heads), heads_of_map<const Scalar>(k, num_kv_heads),
                           heads_of_map<const Scalar>(v, num_kv_heads), mask, options, AttentionDropout{}, lse,
                           heads_of_map<Scalar>(out, num_heads), attention_buffers<Scalar>());
@@ -149,6 +140,7 @@ void cached_attention_into(const Queries& queries, const KVCache<Scalar>& cache,
   mask.require_shape(s.batch, s.queries, s.keys, where);
   require_score_options(options, s, where);
   require_output(out, s, where);
+  require_apart(out, q, where, "queries");
   attention_heads<Scalar>(heads_of_map<const Scalar>(q, num_heads), cache.keys(), cache.values(), mask, options,
                           AttentionDropout{}, lse, heads_of_map<Scalar>(out, num_heads), attention_buffers<Scalar>());
 }
@@ -161,12 +153,10 @@ Tensor3<Scalar> scaled_dot_product_attention(const Queries& queries, const Keys&
                                              Index num_heads, Index num_kv_heads, const Mask& mask = {},
                                              const ScoreOptions<detail::non_deduced<Scalar>>& options = {},
                                              Tensor3<detail::non_deduced<Scalar>>* lse = nullptr) {
-  detail::check_input3<Scalar, Queries>();
-  detail::check_input3<Scalar, Values>();
+  const auto q = detail::input3<Scalar>(queries), k = detail::input3<Scalar>(keys), v = detail::input3<Scalar>(values);
   const Index heads = std::max(num_heads, Index(1)), kv_heads = std::max(num_kv_heads, Index(1));
-  Tensor3<Scalar> out(queries.dimension(0), queries.dimension(1),
-                      values.dimension(2) / kv_heads * heads);  // (batch, Q, num_heads * dv)
-  detail::attention_into<Scalar>(queries, keys, values, num_heads, num_kv_heads, mask, options, lse,
+  Tensor3<Scalar> out(q.dimension(0), q.dimension(1), v.dimension(2) / kv_heads * heads);  // (batch, Q, num_heads * dv)
+  detail::attention_into<Scalar>(q, k, v, num_heads, num_kv_heads, mask, options, lse,
                                  Eigen::TensorMap<Tensor3<Scalar>>(out.data(), out.dimensions()),
                                  "scaled_dot_product_attention");
   return out;
@@ -188,10 +178,10 @@ Tensor3<Scalar> scaled_dot_product_attention(const Queries& queries, const KVCac
                                              const Mask& mask = {},
                                              const ScoreOptions<detail::non_deduced<Scalar>>& options = {},
                                              Tensor3<detail::non_deduced<Scalar>>* lse = nullptr) {
-  detail::check_input3<Scalar, Queries>();
-  Tensor3<Scalar> out(queries.dimension(0), queries.dimension(1),
+  const auto q = detail::input3<Scalar>(queries);
+  Tensor3<Scalar> out(q.dimension(0), q.dimension(1),
                       std::max(num_heads, Index(1)) * cache.head_dim());  // (batch, Q, num_heads * head_dim)
-  detail::cached_attention_into<Scalar>(queries, cache, num_heads, mask, options, lse,
+  detail::cached_attention_into<Scalar>(q, cache, num_heads, mask, options, lse,
                                         Eigen::TensorMap<Tensor3<Scalar>>(out.data(), out.dimensions()),
                                         "scaled_dot_product_attention");
   return out;

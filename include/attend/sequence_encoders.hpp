@@ -51,6 +51,7 @@
 #include <algorithm>
 #include <attend/complexity.hpp>
 #include <attend/conv1d.hpp>
+#include <attend/detail/views.hpp>
 #include <attend/multi_head_attention.hpp>
 #include <attend/positional_encoding.hpp>
 #include <attend/random.hpp>
@@ -89,7 +90,7 @@ inline void require_sizes(Index batch, Index n, const char* where) {
 
 // Rows [first, last) of every batch row: (batch, last - first, d).
 template <class Scalar>
-Tensor3<Scalar> steps_of(const Tensor3<Scalar>& X, Index first, Index last) {
+Tensor3<Scalar> steps_of(const ConstTensorMap3<Scalar>& X, Index first, Index last) {
   const Eigen::array<Index, 3> offsets{0, first, 0};
   const Eigen::array<Index, 3> extents{X.dimension(0), last - first, X.dimension(2)};
   return X.slice(offsets, extents);
@@ -126,33 +127,43 @@ class SelfAttentionEncoder {
   }
   const PositionalEncoding<Scalar>& positional_encoding() const { return encoding_; }
 
-  // X: (batch, n, d) -> (batch, n, d)
-  Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) {
+  // X: (batch, n, d) -> (batch, n, d). Every tensor argument of an encoder is a Tensor3 or a map of one (TensorMap3,
+  // ConstTensorMap3), read in place.
+  template <class Input>
+  Tensor3<Scalar> operator()(const Input& X) {
     Tensor3<Scalar> H = embed(X);  // (batch, n, d)
     for (auto& attention : layers_) H = attention(H, H, H);
     return H;
   }
 
   // X + P[:n]: (batch, n, d) -> (batch, n, d)
-  Tensor3<Scalar> embed(const Tensor3<Scalar>& X) {
+  template <class Input>
+  Tensor3<Scalar> embed(const Input& input) {
+    const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
     require_input(X, "X");
     return encoding_(X);
   }
 
   // Layer `layer` alone: H (batch, n, d) -> (batch, n, d).
-  Tensor3<Scalar> layer(Index layer, const Tensor3<Scalar>& H) { return this->layer(layer, H, 0, H.dimension(1)); }
+  template <class Input>
+  Tensor3<Scalar> layer(Index layer, const Input& input) {
+    const ConstTensorMap3<Scalar> H = detail::input3<Scalar>(input);
+    return this->layer(layer, H, 0, H.dimension(1));
+  }
 
   // Output positions [first, last) of layer `layer`: H (batch, n, d) -> (batch, last - first, d). They need H's
   // positions [first, last) as queries and all of H as keys and values, nothing else: any split of the positions
   // can be computed independently (on separate copies of the encoder: a call records the attention weights).
-  Tensor3<Scalar> layer(Index layer, const Tensor3<Scalar>& H, Index first, Index last) {
+  template <class Input>
+  Tensor3<Scalar> layer(Index layer, const Input& input, Index first, Index last) {
     constexpr const char* where = "SelfAttentionEncoder";
+    const ConstTensorMap3<Scalar> H = detail::input3<Scalar>(input);
     detail::require_layer(layer, num_layers(), where);
     require_input(H, "H");
     detail::require_range(first, last, H.dimension(1), where, "positions");
     auto& attention = layers_[static_cast<std::size_t>(layer)];
     if (first == 0 && last == H.dimension(1)) return attention(H, H, H);
-    const Tensor3<Scalar> queries = detail::steps_of(H, first, last);  // (batch, last - first, d)
+    const Tensor3<Scalar> queries = detail::steps_of<Scalar>(H, first, last);  // (batch, last - first, d)
     return attention(queries, H, H);
   }
 
@@ -199,7 +210,7 @@ class SelfAttentionEncoder {
     return num_hiddens;
   }
 
-  void require_input(const Tensor3<Scalar>& X, const char* name) const {
+  void require_input(const ConstTensorMap3<Scalar>& X, const char* name) const {
     constexpr const char* where = "SelfAttentionEncoder";
     detail::require_dim(X, 2, num_hiddens(), where, name, "features (num_hiddens)");
     detail::require(X.dimension(1) <= max_len(), where, ": ", name, " has ", X.dimension(1),
@@ -234,7 +245,9 @@ class RNNEncoder {
   }
 
   // X: (batch, n, d) -> (batch, n, d): the last layer's h_1 .. h_n
-  Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) const {
+  template <class Input>
+  Tensor3<Scalar> operator()(const Input& input) const {
+    const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
     require_input(X, "X");
     Tensor3<Scalar> H = X;  // (batch, n, d)
     for (const auto& rnn : layers_) H = rnn.forward(H);
@@ -242,13 +255,17 @@ class RNNEncoder {
   }
 
   // A copy of X (batch, n, d): nothing comes before the chain.
-  Tensor3<Scalar> embed(const Tensor3<Scalar>& X) const {
+  template <class Input>
+  Tensor3<Scalar> embed(const Input& input) const {
+    const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
     require_input(X, "X");
     return X;
   }
 
   // Layer `layer` alone, all its steps: H (batch, n, d) -> (batch, n, d).
-  Tensor3<Scalar> layer(Index layer, const Tensor3<Scalar>& H) const {
+  template <class Input>
+  Tensor3<Scalar> layer(Index layer, const Input& input) const {
+    const ConstTensorMap3<Scalar> H = detail::input3<Scalar>(input);
     require_input(H, "H");
     return rnn(layer).forward(H);
   }
@@ -260,13 +277,15 @@ class RNNEncoder {
   // position t then holds x_t until its step overwrites it with h_t), provided one call covers all units; calls on
   // disjoint unit ranges of separate X and H can run at once. The result agrees with the layer's forward to rounding
   // (the layer projects all steps in one product, whose sums may be blocked differently).
-  void step(Index layer, Index t, const Tensor3<Scalar>& X, Tensor3<Scalar>& H, Index unit_first,
-            Index unit_last) const {
+  template <class Input, class Output>
+  void step(Index layer, Index t, const Input& input, Output&& output, Index unit_first, Index unit_last) const {
     constexpr const char* where = "RNNEncoder";
+    const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
+    const TensorMap3<Scalar> H = detail::output3<Scalar>(output);
     const RNN<Scalar>& cell = rnn(layer);
     cell.require_parameters(where);
     require_input(X, "X");
-    require_input(H, "H");
+    require_input(detail::input3<Scalar>(H), "H");
     detail::require_same_dim(X, H, 0, where, "X", "H", "batch size");
     detail::require_same_dim(X, H, 1, where, "X", "H", "number of steps");
     detail::require(t >= 0 && t < X.dimension(1), where, ": t must be in [0, ", X.dimension(1), "), got ", t);
@@ -317,7 +336,7 @@ class RNNEncoder {
   }
 
  private:
-  void require_input(const Tensor3<Scalar>& X, const char* name) const {
+  void require_input(const ConstTensorMap3<Scalar>& X, const char* name) const {
     detail::require_dim(X, 2, num_hiddens(), "RNNEncoder", name, "features (num_hiddens)");
   }
 
@@ -350,7 +369,9 @@ class CNNEncoder {
   }
 
   // X: (batch, n, d) -> (batch, n, d)
-  Tensor3<Scalar> operator()(const Tensor3<Scalar>& X) const {
+  template <class Input>
+  Tensor3<Scalar> operator()(const Input& input) const {
+    const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
     require_input(X, "X");
     Tensor3<Scalar> H = X;  // (batch, n, d)
     for (Index l = 0; l < num_layers(); ++l) H = layer(l, H);
@@ -358,21 +379,27 @@ class CNNEncoder {
   }
 
   // A copy of X (batch, n, d): nothing comes before the chain.
-  Tensor3<Scalar> embed(const Tensor3<Scalar>& X) const {
+  template <class Input>
+  Tensor3<Scalar> embed(const Input& input) const {
+    const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
     require_input(X, "X");
     return X;
   }
 
   // Layer `layer` alone, the convolution then (except after the last layer) tanh: H (batch, n, d) -> (batch, n, d).
-  Tensor3<Scalar> layer(Index layer, const Tensor3<Scalar>& H) const {
+  template <class Input>
+  Tensor3<Scalar> layer(Index layer, const Input& input) const {
+    const ConstTensorMap3<Scalar> H = detail::input3<Scalar>(input);
     return this->layer(layer, H, 0, H.dimension(1));
   }
 
   // Output positions [first, last) of layer `layer`: H (batch, n, d) -> (batch, last - first, d). They need only
   // H's positions [first - left, last + right) (clipped to the sequence, where the zero padding is real): any split
   // of the positions can be computed independently.
-  Tensor3<Scalar> layer(Index layer, const Tensor3<Scalar>& H, Index first, Index last) const {
+  template <class Input>
+  Tensor3<Scalar> layer(Index layer, const Input& input, Index first, Index last) const {
     constexpr const char* where = "CNNEncoder";
+    const ConstTensorMap3<Scalar> H = detail::input3<Scalar>(input);
     const Conv1d<Scalar>& conv = this->conv(layer);
     require_input(H, "H");
     const Index n = H.dimension(1);
@@ -383,8 +410,8 @@ class CNNEncoder {
     } else {
       const Index begin = std::max<Index>(0, first - conv.left_padding());
       const Index end = std::min(n, last + conv.right_padding());
-      const Tensor3<Scalar> window = conv.forward(detail::steps_of(H, begin, end));  // (batch, end - begin, d)
-      Y = detail::steps_of(window, first - begin, last - begin);
+      const Tensor3<Scalar> window = conv.forward(detail::steps_of<Scalar>(H, begin, end));  // (batch, end - begin, d)
+      Y = detail::steps_of<Scalar>(detail::input3<Scalar>(window), first - begin, last - begin);
     }
     if (layer + 1 < num_layers()) Y = Y.tanh();
     return Y;
@@ -423,7 +450,7 @@ class CNNEncoder {
   }
 
  private:
-  void require_input(const Tensor3<Scalar>& X, const char* name) const {
+  void require_input(const ConstTensorMap3<Scalar>& X, const char* name) const {
     detail::require_dim(X, 2, num_hiddens(), "CNNEncoder", name, "features (num_hiddens)");
   }
 

@@ -74,16 +74,16 @@ ShapeText<Dims> shape_text(const Dims& dims) {
 
 // Throws unless X has `expected` entries along `axis`:
 //   "MultiHeadAttention: queries must have 5 features (axis 2), got shape (2, 3, 4)".
-template <class Scalar>
-void require_dim(const Tensor3<Scalar>& X, int axis, Index expected, const char* where, const char* name,
+template <class T>
+void require_dim(const T& X, int axis, Index expected, const char* where, const char* name,
                  const char* what) {
   require(X.dimension(axis) == expected, where, ": ", name, " must have ", expected, ' ', what, " (axis ", axis,
           "), got shape ", shape_text(X.dimensions()));
 }
 
 // Throws unless X and Y agree on `axis`.
-template <class ScalarA, class ScalarB>
-void require_same_dim(const Tensor3<ScalarA>& X, const Tensor3<ScalarB>& Y, int axis, const char* where,
+template <class TX, class TY>
+void require_same_dim(const TX& X, const TY& Y, int axis, const char* where,
                       const char* x_name, const char* y_name, const char* what) {
   require(X.dimension(axis) == Y.dimension(axis), where, ": ", x_name, " and ", y_name, " must have the same ", what,
           " (axis ", axis, "), got ", x_name, ' ', shape_text(X.dimensions()), " and ", y_name, ' ',
@@ -92,8 +92,8 @@ void require_same_dim(const Tensor3<ScalarA>& X, const Tensor3<ScalarB>& Y, int 
 
 // Throws unless X has exactly the shape `expected`:
 //   "Linear::backward: grad_output must have shape (2, 3, 4) (batch, steps, out_features), got (2, 3, 5)".
-template <class Scalar>
-void require_shape(const Tensor3<Scalar>& X, const std::array<Index, 3>& expected, const char* where,
+template <class T>
+void require_shape(const T& X, const std::array<Index, 3>& expected, const char* where,
                    const char* name, const char* axes) {
   const auto& d = X.dimensions();
   require(d[0] == expected[0] && d[1] == expected[1] && d[2] == expected[2], where, ": ", name, " must have shape ",
@@ -127,13 +127,22 @@ bool all_finite(const Eigen::DenseBase<Derived>& X) {
   return (X.derived().array() - X.derived().array()).sum() == Scalar(0);
 }
 
-// A tensor's memory seen as a (rows = batch * steps, cols = features) row-major matrix, without a copy.
+// A tensor's memory seen as a (rows = batch * steps, cols = features) row-major matrix, without a copy: of a Tensor3
+// or of a map of one (read-only or writable, as the map is).
 template <class Scalar>
 Eigen::Map<const Matrix<Scalar>> as_matrix(const Tensor3<Scalar>& X) {
   return {X.data(), X.dimension(0) * X.dimension(1), X.dimension(2)};
 }
 template <class Scalar>
 Eigen::Map<Matrix<Scalar>> as_matrix(Tensor3<Scalar>& X) {
+  return {X.data(), X.dimension(0) * X.dimension(1), X.dimension(2)};
+}
+template <class Scalar>
+Eigen::Map<const Matrix<Scalar>> as_matrix(const ConstTensorMap3<Scalar>& X) {
+  return {X.data(), X.dimension(0) * X.dimension(1), X.dimension(2)};
+}
+template <class Scalar>
+Eigen::Map<Matrix<Scalar>> as_matrix(const TensorMap3<Scalar>& X) {
   return {X.data(), X.dimension(0) * X.dimension(1), X.dimension(2)};
 }
 
@@ -144,6 +153,14 @@ Eigen::Map<const Matrix<Scalar>> slice(const Tensor3<Scalar>& X, Index b) {
 }
 template <class Scalar>
 Eigen::Map<Matrix<Scalar>> slice(Tensor3<Scalar>& X, Index b) {
+  return {X.data() + b * X.dimension(1) * X.dimension(2), X.dimension(1), X.dimension(2)};
+}
+template <class Scalar>
+Eigen::Map<const Matrix<Scalar>> slice(const ConstTensorMap3<Scalar>& X, Index b) {
+  return {X.data() + b * X.dimension(1) * X.dimension(2), X.dimension(1), X.dimension(2)};
+}
+template <class Scalar>
+Eigen::Map<Matrix<Scalar>> slice(const TensorMap3<Scalar>& X, Index b) {
   return {X.data() + b * X.dimension(1) * X.dimension(2), X.dimension(1), X.dimension(2)};
 }
 

@@ -10,13 +10,16 @@
 
 #include <attend/config.hpp>
 
+#include <attend/detail/views.hpp>
 #include <attend/tensor.hpp>
 
 namespace attend {
 inline namespace ATTEND_ABI {
 
-template <class Scalar>
-Tensor3<Scalar> transpose_qkv(const Tensor3<Scalar>& X, Index num_heads) {
+// X is a Tensor3 or a map of one (TensorMap3, ConstTensorMap3), read in place.
+template <class Input, class Scalar = detail::argument_scalar<Input>>
+Tensor3<Scalar> transpose_qkv(const Input& input, Index num_heads) {
+  const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
   detail::require(num_heads >= 1, "transpose_qkv: num_heads must be at least 1, got ", num_heads);
   const Index batch = X.dimension(0), steps = X.dimension(1), width = X.dimension(2);
   detail::require(width % num_heads == 0, "transpose_qkv: X's features (", width, ") must be divisible by num_heads (",
@@ -29,8 +32,9 @@ Tensor3<Scalar> transpose_qkv(const Tensor3<Scalar>& X, Index num_heads) {
   return X.reshape(split).shuffle(order).reshape(merged);
 }
 
-template <class Scalar>
-Tensor3<Scalar> transpose_output(const Tensor3<Scalar>& X, Index num_heads) {
+template <class Input, class Scalar = detail::argument_scalar<Input>>
+Tensor3<Scalar> transpose_output(const Input& input, Index num_heads) {
+  const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
   detail::require(num_heads >= 1, "transpose_output: num_heads must be at least 1, got ", num_heads);
   const Index rows = X.dimension(0), steps = X.dimension(1), d = X.dimension(2);
   detail::require(rows % num_heads == 0, "transpose_output: X's first axis (", rows,

@@ -112,6 +112,16 @@ void attend_rows(Eigen::MatrixBase<Scores>& scores, const Mask& mask, Index b, c
   }
 }
 
+// The direct path's scratch (scaled_dot_product_heads): K_g^T and V_g packed, one panel per key/value pair; whether
+// each V_g is all finite; each thread's dropped weights. Each buffer grows only: a caller that keeps it between calls
+// of one shape allocates nothing.
+template <class Scalar>
+struct DirectBuffers {
+  PacketBuffer<Scalar> packed_keys, packed_values;
+  std::vector<char> values_finite;
+  std::vector<Matrix<Scalar>> dropped;
+};
+
 // Scaled dot-product attention for every batch row and query head (detail/heads.hpp), on projected rows:
 //   Q: (batch, num_queries) steps of Q.count heads of d    K: (batch, num_keys) steps of K.count heads of d
 //   V: (batch, num_keys) steps of K.count heads of dv       output: as Q, with heads of dv
@@ -121,10 +131,12 @@ void attend_rows(Eigen::MatrixBase<Scores>& scores, const Mask& mask, Index b, c
 // caller); each head reuses its batch row's mask, as d2l's repeat_interleave does for valid lengths.
 // Work items: (pair, block of tuning::direct_block_rows queries), each its own rows of the weights and the output, so
 // a single head still gives every thread work; a row's bits do not depend on the block it falls in.
+// buffers: the scratch below, kept by the caller between calls (AttentionWorkspace::direct) so that a repeated call of
+// one shape allocates nothing; null: the call's own.
 template <class Scalar>
 void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K, const Heads<const Scalar>& V,
                               const Mask& mask, Tensor3<Scalar>& weights, const Heads<Scalar>& output,
-                              const AttentionDropout& dropout = {}) {
+                              const AttentionDropout& dropout = {}, DirectBuffers<Scalar>* buffers = nullptr) {
   eigen_assert(K.count >= 1 && Q.count % K.count == 0 && V.count == K.count && output.count == Q.count);
   eigen_assert(Q.batch == K.batch && V.batch == K.batch && output.batch == Q.batch && V.length == K.length);
   eigen_assert(Q.dim == K.dim && output.dim == V.dim && output.length == Q.length);
@@ -150,15 +162,20 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
   const bool pack_values = !tiny && block_rows >= tuning::packed_product_rows;
   const Index keys_panel = d * padded_to_packets<Scalar>(num_keys);     // K_g^T packed: (d, keys)
   const Index values_panel = num_keys * padded_to_packets<Scalar>(dv);  // V_g packed: (keys, dv)
-  PacketBuffer<Scalar> packed_keys, packed_values;  // a panel per key/value pair b * kv_heads + g
+  DirectBuffers<Scalar> own;
+  DirectBuffers<Scalar>& scratch = buffers != nullptr ? *buffers : own;
+  PacketBuffer<Scalar>&packed_keys = scratch.packed_keys, &packed_values = scratch.packed_values;
   if (!tiny) packed_keys.resize(kv_pairs * keys_panel);
   if (pack_values) packed_values.resize(kv_pairs * values_panel);
-  std::vector<Matrix<Scalar>> dropped;  // (block rows, keys)
-  if (dropout.active())
-    dropped.assign(static_cast<std::size_t>(num_threads()), Matrix<Scalar>(block_rows, num_keys));
+  std::vector<Matrix<Scalar>>& dropped = scratch.dropped;  // (block rows, keys) per thread
+  if (dropout.active()) {
+    dropped.resize(static_cast<std::size_t>(num_threads()));
+    for (Matrix<Scalar>& P : dropped) P.resize(block_rows, num_keys);
+  }
   // Per key/value head, before its query blocks: K_g^T and V_g packed, and whether V_g is all finite
   // (weights_times_values).
-  const std::unique_ptr<bool[]> values_finite(new bool[static_cast<std::size_t>(kv_pairs)]);  // (kv_pairs)
+  std::vector<char>& values_finite = scratch.values_finite;  // (kv_pairs), 1 or 0: a byte each, written in parallel
+  values_finite.resize(static_cast<std::size_t>(kv_pairs));
   parallel_for(kv_pairs, static_cast<double>(kv_pairs * num_keys * (d + dv)), [&](Index kv_pair, int) {
     const Index b = kv_pair / kv_heads, g = kv_pair % kv_heads;
     const auto Kg = K.head(b, g), Vg = V.head(b, g);  // (keys, d), (keys, dv)
@@ -191,7 +208,8 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
     }
     kernel.masked_softmax_block(scores.data(), rows, num_keys, scores.outerStride(), mask, b, q0, num_queries,
                                 tiny ? Scalar(1) : scale);
-    const bool* finite = &values_finite[static_cast<std::size_t>(kv_pair)];
+    const bool finite_values = values_finite[static_cast<std::size_t>(kv_pair)] != 0;
+    const bool* finite = &finite_values;
     const Scalar* Vp = pack_values ? packed_values.data() + kv_pair * values_panel : nullptr;
     if (dropout.active()) {
       auto P = dropped[static_cast<std::size_t>(thread)].topRows(rows);  // (rows, keys); the kept weights stay

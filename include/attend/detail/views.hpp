@@ -6,6 +6,7 @@
 #include <attend/config.hpp>
 #include <attend/detail/heads.hpp>
 #include <attend/tensor.hpp>
+#include <functional>
 #include <type_traits>
 
 namespace attend {
@@ -54,30 +55,79 @@ using non_deduced = typename Identity<T>::type;
 template <class T>
 using scalar_of = typename TensorKindOf<T>::Scalar;
 
-// Checks, at compile time, that T is a (batch, steps, features) argument of Scalar.
+// The scalar type a free function takes from its first tensor argument: its Scalar (float for a type without one),
+// so that a wrong argument reaches check_input3's message rather than a failed deduction.
+template <class T, class = void>
+struct ArgumentScalar {
+  using type = float;
+};
+template <class T>
+struct ArgumentScalar<T, std::void_t<typename T::Scalar>> {
+  using type = std::remove_const_t<typename T::Scalar>;
+};
+template <class T>
+using argument_scalar = typename ArgumentScalar<std::remove_cv_t<std::remove_reference_t<T>>>::type;
+
+// Checks, at compile time, that T is a (batch, steps, features) argument of Scalar: instantiating the class fires
+// the first rule T breaks, and only that one (each later rule holds trivially for a type an earlier one refused).
 template <class Scalar, class T>
-constexpr void check_input3() {
+struct Input3Check {
   using Kind = TensorKindOf<T>;
-  static_assert(Kind::known, "attend: a (batch, steps, features) argument must be a Tensor3 or a TensorMap of one");
-  static_assert(Kind::rank == 3, "attend: a (batch, steps, features) argument must be a rank-3 tensor");
-  static_assert(Kind::row_major, "attend: a (batch, steps, features) argument must be row-major (Eigen::RowMajor)");
-  static_assert(std::is_same<typename Kind::Scalar, Scalar>::value,
-                "attend: every tensor argument of a call must have the call's scalar type");
+  static constexpr bool known = Kind::known;
+  static constexpr bool rank = !known || Kind::rank == 3;
+  static constexpr bool layout = !known || Kind::rank != 3 || Kind::row_major;
+  static constexpr bool scalar =
+      !known || Kind::rank != 3 || !Kind::row_major || std::is_same<typename Kind::Scalar, Scalar>::value;
+  static_assert(known, "attend: a (batch, steps, features) argument must be a Tensor3 or a TensorMap of one");
+  static_assert(rank, "attend: a (batch, steps, features) argument must be a rank-3 tensor");
+  static_assert(layout, "attend: a (batch, steps, features) argument must be row-major (Eigen::RowMajor)");
+  static_assert(scalar, "attend: every tensor argument of a call must have the call's scalar type");
+  static constexpr bool ok = known && Kind::rank == 3 && Kind::row_major &&
+                             std::is_same<typename Kind::Scalar, Scalar>::value;
+};
+template <class Scalar, class T>
+struct Output3Check : Input3Check<Scalar, T> {
+  static constexpr bool writable = !Input3Check<Scalar, T>::ok || TensorKindOf<T>::writable;
+  static_assert(writable, "attend: an output argument must be a Tensor3 or a TensorMap3 (not const)");
+  static constexpr bool ok = Input3Check<Scalar, T>::ok && TensorKindOf<T>::writable;
+};
+
+// True when T is a (batch, steps, features) argument of Scalar; a static_assert says why not otherwise.
+template <class Scalar, class T>
+constexpr bool check_input3() {
+  return Input3Check<Scalar, T>::ok;
 }
 
-// A read-only map of a (batch, steps, features) argument, no copy.
+// A read-only map of a (batch, steps, features) argument, no copy. For any other argument the compilation stops at
+// Input3Check's message, and nothing here adds errors of its own.
 template <class Scalar, class T>
 Eigen::TensorMap<const Tensor3<Scalar>> input3(const T& X) {
-  check_input3<Scalar, T>();
-  return Eigen::TensorMap<const Tensor3<Scalar>>(X.data(), X.dimension(0), X.dimension(1), X.dimension(2));
+  if constexpr (Input3Check<Scalar, T>::ok) {
+    return Eigen::TensorMap<const Tensor3<Scalar>>(X.data(), X.dimension(0), X.dimension(1), X.dimension(2));
+  } else {
+    return Eigen::TensorMap<const Tensor3<Scalar>>(nullptr, 0, 0, 0);
+  }
 }
 
 // A writable map of an output argument: a Tensor3 (taken by reference) or a TensorMap3.
 template <class Scalar, class T>
 Eigen::TensorMap<Tensor3<Scalar>> output3(T&& X) {
-  check_input3<Scalar, T>();
-  static_assert(TensorKindOf<T>::writable, "attend: an output argument must be a Tensor3 or a TensorMap3 (not const)");
-  return Eigen::TensorMap<Tensor3<Scalar>>(X.data(), X.dimension(0), X.dimension(1), X.dimension(2));
+  if constexpr (Output3Check<Scalar, T>::ok) {
+    return Eigen::TensorMap<Tensor3<Scalar>>(X.data(), X.dimension(0), X.dimension(1), X.dimension(2));
+  } else {
+    return Eigen::TensorMap<Tensor3<Scalar>>(nullptr, 0, 0, 0);
+  }
+}
+
+// Throws unless an output and an input of a call share no memory (the output is written while the input is read):
+//   "Linear::forward: out must not overlap X (the output is written while X is read)".
+template <class Scalar>
+void require_apart(const TensorMap3<Scalar>& out, const ConstTensorMap3<Scalar>& input, const char* where,
+                   const char* name) {
+  const std::less<const Scalar*> before;
+  const bool apart = out.size() == 0 || input.size() == 0 || !before(out.data(), input.data() + input.size()) ||
+                     !before(input.data(), out.data() + out.size());
+  require(apart, where, ": out must not overlap ", name, " (the output is written while ", name, " is read)");
 }
 
 // The heads of a (batch, steps, count * dim) map, count heads; dim from the width.

@@ -11,17 +11,18 @@
 // Derived provides (this class is its friend):
 //   static constexpr const char* name           "DotProductAttention": the prefix of its messages
 //   static constexpr const char* forward_name   "DotProductAttention::forward"
+// (every tensor argument a ConstTensorMap3 of the call's argument, the output a TensorMap3 of its shape)
 //   void check(queries, keys, values, mask, const char* where) const        throws std::invalid_argument
 //   Index weights_count(queries, keys) const     the elements of the (batch * heads, q, k) weights
-//   Tensor3<Scalar> run(queries, keys, values, mask, AttentionWorkspace&, Tensor3* weights,
-//                       const AttentionDropout&, bool tiled, AttentionRecord* record) const
-//                                               the forward pass on checked arguments (weights: where the direct
-//                                               path keeps them, or null; record: where to keep what its backward
-//                                               pass needs beyond the inputs, or null)
+//   void run(queries, keys, values, mask, AttentionWorkspace&, Tensor3* weights, const AttentionDropout&,
+//            bool tiled, AttentionRecord* record, TensorMap3 output) const
+//                                               the forward pass on checked arguments, into output (weights: where
+//                                               the direct path keeps them, or null; record: where to keep what its
+//                                               backward pass needs beyond the inputs, or null)
 //   Index output_features(values) const          the last axis of the output
 //   void check_backward(const char* where) const  throws unless parameters and gradients keep their shapes
 //   AttentionGradients<Scalar> backward_pass(const AttentionRecord&, const Tensor3<Scalar>* weights,
-//                                            const Tensor3& grad_output, HeadsBackwardBuffers<Scalar>&)
+//                                            grad_output, HeadsBackwardBuffers<Scalar>&)
 //                                               adds the parameters' gradients; the buffers: the heads' backward
 //                                               pass's scratch, kept here between calls
 // and the public dropout() and generator().
@@ -33,6 +34,7 @@
 #include <attend/attention_path.hpp>
 #include <attend/detail/attention_backward.hpp>
 #include <attend/detail/attention_dropout.hpp>
+#include <attend/detail/views.hpp>
 #include <attend/mask.hpp>
 #include <attend/module.hpp>
 #include <attend/random.hpp>
@@ -63,44 +65,30 @@ struct AttentionRecord {
   const Tensor3<Scalar>& values_in() const { return self ? queries : values; }
 };
 
+// True when two arguments are one tensor: the same memory, the same shape.
+template <class Scalar>
+bool same_memory(const ConstTensorMap3<Scalar>& a, const ConstTensorMap3<Scalar>& b) {
+  return a.data() == b.data() && a.dimensions() == b.dimensions();
+}
+
 template <class Derived, class Scalar>
 class AttentionPathModule : public Module {
  public:
-  Tensor3<Scalar> operator()(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-                             const Mask& mask = {}) {
-    derived().check(queries, keys, values, mask, Derived::name);
-    const bool drop = is_training() && derived().dropout() > Scalar(0);
-    const bool tiled = takes_tiled(queries, keys);
-    recorded_ = false;  // until this call's record is complete
-    const AttentionDropout dropout =
-        drop ? AttentionDropout(static_cast<double>(derived().dropout()), derived().generator().next())
-             : AttentionDropout();
-    Tensor3<Scalar> output = derived().run(queries, keys, values, mask, workspace_,
-                                           tiled ? nullptr : &attention_weights_, dropout, tiled, &record_);
-    if (tiled) attention_weights_ = Tensor3<Scalar>();  // the previous call's weights are not this call's
-    last_call_tiled_ = tiled;
-    record_.self = &queries == &keys && &keys == &values;
-    // Assigned into the storage of the last call's record, kept when the shape is the same: no allocation.
-    record_.queries = queries;
-    if (record_.self) {
-      record_.keys = Tensor3<Scalar>();
-      record_.values = Tensor3<Scalar>();
-    } else {
-      record_.keys = keys;
-      record_.values = values;
-    }
-    record_.mask = mask;
-    record_.dropout = dropout;
-    record_.tiled = tiled;
-    recorded_ = true;
-    return output;
+  // Each tensor argument is a Tensor3 or a map of one (TensorMap3, ConstTensorMap3), read in place; anything else
+  // stops the compilation (detail/views.hpp). Passing one tensor, or maps of the same memory and shape, as queries,
+  // keys and values is self-attention: the inputs are read once.
+  template <class Queries, class Keys, class Values>
+  Tensor3<Scalar> operator()(const Queries& queries, const Keys& keys, const Values& values, const Mask& mask = {}) {
+    return call(input3<Scalar>(queries), input3<Scalar>(keys), input3<Scalar>(values), mask);
   }
 
   // grad_output: (batch, q, output features), the gradient of the last operator() call's output -> the gradients of
   // its queries, keys and values; adds the parameters' gradients. Throws std::logic_error when no call was recorded,
   // std::invalid_argument when grad_output has another shape or a parameter or gradient was resized; a call that
   // throws changes nothing.
-  AttentionGradients<Scalar> backward(const Tensor3<Scalar>& grad_output) {
+  template <class GradOutput>
+  AttentionGradients<Scalar> backward(const GradOutput& grad_output_in) {
+    const ConstTensorMap3<Scalar> grad_output = input3<Scalar>(grad_output_in);
     const std::string where = message(Derived::name, "::backward");
     require_recorded(recorded_, where.c_str(), Derived::name);
     derived().check_backward(where.c_str());
@@ -112,16 +100,33 @@ class AttentionPathModule : public Module {
                                    heads_backward_);
   }
 
-  Tensor3<Scalar> forward(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-                          const Mask& mask = {}) const {
+  template <class Queries, class Keys, class Values>
+  Tensor3<Scalar> forward(const Queries& queries, const Keys& keys, const Values& values, const Mask& mask = {}) const {
     AttentionWorkspace<Scalar> workspace;
     return forward(queries, keys, values, mask, workspace);
   }
-  Tensor3<Scalar> forward(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys, const Tensor3<Scalar>& values,
-                          const Mask& mask, AttentionWorkspace<Scalar>& workspace) const {
+  template <class Queries, class Keys, class Values>
+  Tensor3<Scalar> forward(const Queries& queries_in, const Keys& keys_in, const Values& values_in, const Mask& mask,
+                          AttentionWorkspace<Scalar>& workspace) const {
+    const auto queries = input3<Scalar>(queries_in), keys = input3<Scalar>(keys_in), values = input3<Scalar>(values_in);
     derived().check(queries, keys, values, mask, Derived::forward_name);
-    return derived().run(queries, keys, values, mask, workspace, nullptr, AttentionDropout(),
-                         takes_tiled(queries, keys), nullptr);
+    Tensor3<Scalar> output(queries.dimension(0), queries.dimension(1), derived().output_features(values));
+    derived().run(queries, keys, values, mask, workspace, nullptr, AttentionDropout(), takes_tiled(queries, keys),
+                  nullptr, output3<Scalar>(output));
+    return output;
+  }
+  // The same into out (batch, q, output features): a Tensor3 of that shape or a TensorMap3 of the caller's memory.
+  // With a workspace kept between calls, a repeated call of one shape allocates nothing.
+  template <class Queries, class Keys, class Values, class Out>
+  void forward(const Queries& queries_in, const Keys& keys_in, const Values& values_in, const Mask& mask,
+               AttentionWorkspace<Scalar>& workspace, Out&& out_arg) const {
+    const auto queries = input3<Scalar>(queries_in), keys = input3<Scalar>(keys_in), values = input3<Scalar>(values_in);
+    const TensorMap3<Scalar> out = output3<Scalar>(out_arg);
+    derived().check(queries, keys, values, mask, Derived::forward_name);
+    require_shape(out, {queries.dimension(0), queries.dimension(1), derived().output_features(values)},
+                  Derived::forward_name, "out", "(batch, queries, output features)");
+    derived().run(queries, keys, values, mask, workspace, nullptr, AttentionDropout(), takes_tiled(queries, keys),
+                  nullptr, out);
   }
 
   void set_path(AttentionPath path) { path_ = checked_path(path, Derived::name); }
@@ -144,8 +149,40 @@ class AttentionPathModule : public Module {
   const Derived& derived() const { return static_cast<const Derived&>(*this); }
   Derived& derived() { return static_cast<Derived&>(*this); }
 
-  bool takes_tiled(const Tensor3<Scalar>& queries, const Tensor3<Scalar>& keys) const {
+  bool takes_tiled(const ConstTensorMap3<Scalar>& queries, const ConstTensorMap3<Scalar>& keys) const {
     return takes_tiled_path<Scalar>(path_, derived().weights_count(queries, keys));
+  }
+
+  // operator() on maps of its arguments.
+  Tensor3<Scalar> call(const ConstTensorMap3<Scalar>& queries, const ConstTensorMap3<Scalar>& keys,
+                       const ConstTensorMap3<Scalar>& values, const Mask& mask) {
+    derived().check(queries, keys, values, mask, Derived::name);
+    const bool drop = is_training() && derived().dropout() > Scalar(0);
+    const bool tiled = takes_tiled(queries, keys);
+    recorded_ = false;  // until this call's record is complete
+    const AttentionDropout dropout =
+        drop ? AttentionDropout(static_cast<double>(derived().dropout()), derived().generator().next())
+             : AttentionDropout();
+    Tensor3<Scalar> output(queries.dimension(0), queries.dimension(1), derived().output_features(values));
+    derived().run(queries, keys, values, mask, workspace_, tiled ? nullptr : &attention_weights_, dropout, tiled,
+                  &record_, output3<Scalar>(output));
+    if (tiled) attention_weights_ = Tensor3<Scalar>();  // the previous call's weights are not this call's
+    last_call_tiled_ = tiled;
+    record_.self = same_memory(queries, keys) && same_memory(keys, values);
+    // Assigned into the storage of the last call's record, kept when the shape is the same: no allocation.
+    record_.queries = queries;
+    if (record_.self) {
+      record_.keys = Tensor3<Scalar>();
+      record_.values = Tensor3<Scalar>();
+    } else {
+      record_.keys = keys;
+      record_.values = values;
+    }
+    record_.mask = mask;
+    record_.dropout = dropout;
+    record_.tiled = tiled;
+    recorded_ = true;
+    return output;
   }
 
   AttentionPath path_ = AttentionPath::automatic;

@@ -1,0 +1,5 @@
+// expect: attend's safetensors functions read and write float or double
+// A state dict of another scalar type, read from a file.
+#include <attend/safetensors.hpp>
+
+void call(attend::Metadata& metadata) { attend::load_safetensors<int>("weights.safetensors", metadata); }
