@@ -129,20 +129,73 @@ inline Index partial_size(Index batch, Index kv_heads, Index group, Index num_qu
   return batch * kv_heads * plan.query_blocks * plan.spans * rows * (value_dim + 2);
 }
 
+// One row's step of the online softmax over a block of n keys from k0, its scores in row (only [lo, hi) count): the
+// score rule, then exp(s - m_new) in place (0 outside the visible keys), and acc (dv), m and l rescaled and updated.
+// False when the row sees none of these keys (row then all 0).
+template <class Scalar>
+bool online_step(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Scalar* row, Index n, Index k0, Index lo,
+                 Index hi, bool few, const VisibleKeys& visible, Index b, Index h, Index q, Scalar* acc, Scalar& m,
+                 Scalar& l) {
+  constexpr Scalar none = -std::numeric_limits<Scalar>::infinity();
+  const Index dv = call.values.dim;
+  auto [a, z] = visible.within(k0, n);
+  a = std::max(a, lo - k0);
+  z = std::min(z, hi - k0);
+  Scalar block_max = none;
+  if (a < z) {
+    call.rule.apply(row, n, k0, a, z, few, visible, b, h, q);
+    block_max = kernel.row_max(row + a, z - a);
+  }
+  if (block_max == none) {
+    std::fill(row, row + n, Scalar(0));
+    return false;
+  }
+  const Scalar m_new = std::max(m, block_max);
+  const Scalar sum = kernel.exp_shifted(row + a, z - a, m_new);
+  std::fill(row, row + a, Scalar(0));
+  std::fill(row + z, row + n, Scalar(0));
+  if (m != m_new && l > Scalar(0)) {
+    const Scalar alpha = std::exp(m - m_new);
+    l *= alpha;
+    for (Index c = 0; c < dv; ++c) acc[c] *= alpha;
+  }
+  l += sum;
+  m = m_new;
+  if (call.dropout.active()) call.dropout.apply(row, n, b * call.queries.count + h, q, k0);
+  return true;
+}
+
 // The online softmax of one block of query rows of the group over the keys [lo, hi): acc (group * rows, dv) rows dv
 // apart, m and l (group * rows) updated. keys: the rows' visible keys.
+//
+// One query row (a decoding step): the group's query heads lie side by side in it, dim apart, so they are the rows of
+// each product — the scores of the whole group against a block of keys in one call, and their weights times the
+// block's values in one — and each block of keys and values is read once for all of them. More rows: each head of the
+// group in turn, against the block read (and, for more than decode_queries rows, transposed) once.
 template <class Scalar>
 void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index b, Index g, Index q0, Index rows,
                  Index lo, Index hi, const VisibleKeys* keys, Scalar* acc, Scalar* m, Scalar* l, Scalar* scratch) {
   const Heads<const Scalar>&Q = call.queries, &K = call.keys, &V = call.values;
-  const Index d = Q.dim, dv = V.dim, group = call.group(), H = Q.count;
+  const Index d = Q.dim, dv = V.dim, group = call.group();
   const Index kb = tuning::core_key_rows;
   const bool few = rows <= tuning::decode_queries;
   Scalar* Kt = scratch;          // (d, kb): the key block transposed
-  Scalar* S = scratch + d * kb;  // (rows, kb): one head's scores, then weights
-  constexpr Scalar none = -std::numeric_limits<Scalar>::infinity();
+  Scalar* S = scratch + d * kb;  // (rows, kb) of one head, or (group, kb) for one row: scores, then weights
   for (Index k0 = lo / kb * kb; k0 < hi; k0 += kb) {
     const Index n = std::min(kb, K.length - k0);
+    if (rows == 1) {
+      const Index h0 = g * group;
+      kernel.tiny_scores(Q.at(b, h0, q0), d, K.at(b, g, k0), K.row_stride, group, n, d, call.rule.scale, S, n);
+      bool any = false;
+      for (Index hh = 0; hh < group; ++hh) {
+        const bool seen = online_step(call, kernel, S + hh * n, n, k0, lo, hi, true, keys[0], b, h0 + hh, q0,
+                                      acc + hh * dv, m[hh], l[hh]);
+        any = any || seen;
+      }
+      if (any)
+        kernel.rows_times_matrix(true, S, n, group, n, V.at(b, g, k0), V.row_stride, dv, false, nullptr, acc, dv);
+      continue;
+    }
     if (!few) kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
     for (Index hh = 0; hh < group; ++hh) {
       const Index h = g * group + hh;
@@ -154,35 +207,10 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
       }
       bool any = false;
       for (Index i = 0; i < rows; ++i) {
-        Scalar* row = S + i * n;
-        const VisibleKeys& visible = keys[i];
-        auto [a, z] = visible.within(k0, n);
-        a = std::max(a, lo - k0);
-        z = std::min(z, hi - k0);
-        Scalar block_max = none;
-        if (a < z) {
-          call.rule.apply(row, n, k0, a, z, few, visible, b, h, q0 + i);
-          block_max = kernel.row_max(row + a, z - a);
-        }
-        if (block_max == none) {
-          std::fill(row, row + n, Scalar(0));
-          continue;
-        }
-        any = true;
         const Index r = hh * rows + i;
-        const Scalar m_new = std::max(m[r], block_max);
-        const Scalar sum = kernel.exp_shifted(row + a, z - a, m_new);
-        std::fill(row, row + a, Scalar(0));
-        std::fill(row + z, row + n, Scalar(0));
-        if (m[r] != m_new && l[r] > Scalar(0)) {
-          const Scalar alpha = std::exp(m[r] - m_new);
-          l[r] *= alpha;
-          Scalar* o = acc + r * dv;
-          for (Index c = 0; c < dv; ++c) o[c] *= alpha;
-        }
-        l[r] += sum;
-        m[r] = m_new;
-        if (call.dropout.active()) call.dropout.apply(row, n, b * H + h, q0 + i, k0);
+        const bool seen = online_step(call, kernel, S + i * n, n, k0, lo, hi, few, keys[i], b, h, q0 + i, acc + r * dv,
+                                      m[r], l[r]);
+        any = any || seen;
       }
       if (any)
         kernel.rows_times_matrix(true, S, n, rows, n, V.at(b, g, k0), V.row_stride, dv, false, nullptr,
@@ -191,12 +219,17 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
   }
 }
 
-// Scratch Scalars of one thread in the forward pass.
+// Rows of a thread's scores in the forward pass: a block of one head's query rows, or a decoding step's group.
+template <class Scalar>
+Index score_rows(const Call<Scalar>& call) {
+  return std::max(tuning::core_query_rows, call.group());
+}
+
+// Scratch Scalars of one thread in the forward pass: K^T (d, kb), the scores (score_rows, kb), then acc, m and l.
 template <class Scalar>
 Index forward_scratch(const Call<Scalar>& call) {
   const Index rows = std::min(tuning::core_query_rows, call.queries.length) * call.group();
-  return call.queries.dim * tuning::core_key_rows + tuning::core_query_rows * tuning::core_key_rows +
-         rows * (call.values.dim + 2);
+  return (call.queries.dim + score_rows(call)) * tuning::core_key_rows + rows * (call.values.dim + 2);
 }
 
 // out (batch, Q, H heads of dv) = attention; lse (batch, Q, H) contiguous, or null.
@@ -243,7 +276,7 @@ void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Bu
     Scalar* scratch = buffers.scratch[static_cast<std::size_t>(thread)].data();
     VisibleKeys* keys = buffers.rows[static_cast<std::size_t>(thread)].data();
     Scalar* acc = plan.split() ? buffers.partial.data() + piece * piece_size
-                               : scratch + call.queries.dim * tuning::core_key_rows + qb * tuning::core_key_rows;
+                               : scratch + (call.queries.dim + score_rows(call)) * tuning::core_key_rows;
     Scalar* m = acc + group * rows * dv;
     Scalar* l = m + group * rows;
     std::fill(acc, acc + group * rows * dv, Scalar(0));
