@@ -166,63 +166,75 @@ bool online_step(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Scalar
 }
 
 // The online softmax of one block of query rows of the group over the keys [lo, hi): acc (group * rows, dv) rows dv
-// apart, m and l (group * rows) updated. keys: the rows' visible keys.
+// apart, m and l (group * rows) updated, row r = hh * rows + i for head hh of the group and query row i. keys: the
+// rows' visible keys.
 //
-// One query row (a decoding step): the group's query heads lie side by side in it, dim apart, so they are the rows of
-// each product — the scores of the whole group against a block of keys in one call, and their weights times the
-// block's values in one — and each block of keys and values is read once for all of them. More rows: each head of the
-// group in turn, against the block read (and, for more than decode_queries rows, transposed) once.
+// At most decode_queries rows (decoding, or a few queries checked at once): the group's query heads lie side by side
+// in each query row, dim apart, so all of them are the rows of each product — the scores of the group's rows against
+// a block of keys, and their weights times the block's values in one product — and each block of keys and values is
+// read once for the whole group. More rows: each head of the group in turn, against the block transposed once.
+// Either way a head none of whose rows sees a key of the block adds nothing for it (not 0 times the values, which
+// would turn a value's inf into NaN).
 template <class Scalar>
 void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index b, Index g, Index q0, Index rows,
                  Index lo, Index hi, const VisibleKeys* keys, Scalar* acc, Scalar* m, Scalar* l, Scalar* scratch) {
   const Heads<const Scalar>&Q = call.queries, &K = call.keys, &V = call.values;
-  const Index d = Q.dim, dv = V.dim, group = call.group();
+  const Index d = Q.dim, dv = V.dim, group = call.group(), h0 = g * group;
   const Index kb = tuning::core_key_rows;
-  const bool few = rows <= tuning::decode_queries;
   Scalar* Kt = scratch;          // (d, kb): the key block transposed
-  Scalar* S = scratch + d * kb;  // (rows, kb) of one head, or (group, kb) for one row: scores, then weights
+  Scalar* S = scratch + d * kb;  // (rows, kb) of one head, or (group * rows, kb) for few rows: scores, then weights
+  // Row r's online-softmax step on the scores at S + at * n; whether it sees a key of the block.
+  const auto step = [&](Index r, Index at, Index k0, Index n, bool few) {
+    const Index hh = r / rows, i = r % rows;
+    return online_step(call, kernel, S + at * n, n, k0, lo, hi, few, keys[i], b, h0 + hh, q0 + i, acc + r * dv, m[r],
+                       l[r]);
+  };
   for (Index k0 = lo / kb * kb; k0 < hi; k0 += kb) {
     const Index n = std::min(kb, K.length - k0);
-    if (rows == 1) {
-      const Index h0 = g * group;
-      kernel.tiny_scores(Q.at(b, h0, q0), d, K.at(b, g, k0), K.row_stride, group, n, d, call.rule.scale, S, n);
-      bool any = false;
+    const Scalar* Vb = V.at(b, g, k0);  // (n, dv), rows V.row_stride apart
+    if (rows <= tuning::decode_queries) {
+      for (Index i = 0; i < rows; ++i)  // scores row hh * rows + i: the heads of query row i, lds rows * n
+        kernel.tiny_scores(Q.at(b, h0, q0 + i), d, K.at(b, g, k0), K.row_stride, group, n, d, call.rule.scale,
+                           S + i * n, rows * n);
+      bool every_head = true;
       for (Index hh = 0; hh < group; ++hh) {
-        const bool seen = online_step(call, kernel, S + hh * n, n, k0, lo, hi, true, keys[0], b, h0 + hh, q0,
-                                      acc + hh * dv, m[hh], l[hh]);
-        any = any || seen;
+        bool any = false;
+        for (Index i = 0; i < rows; ++i) {
+          const bool seen = step(hh * rows + i, hh * rows + i, k0, n, true);
+          any = any || seen;
+        }
+        every_head = every_head && any;
       }
-      if (any)
-        kernel.rows_times_matrix(true, S, n, group, n, V.at(b, g, k0), V.row_stride, dv, false, nullptr, acc, dv);
+      if (every_head) {
+        kernel.rows_times_matrix(true, S, n, group * rows, n, Vb, V.row_stride, dv, false, nullptr, acc, dv);
+      } else {  // the heads with a weight, each alone
+        for (Index hh = 0; hh < group; ++hh) {
+          const Scalar* P = S + hh * rows * n;  // (rows, n)
+          if (std::any_of(P, P + rows * n, [](Scalar w) { return w != Scalar(0); }))
+            kernel.rows_times_matrix(true, P, n, rows, n, Vb, V.row_stride, dv, false, nullptr, acc + hh * rows * dv,
+                                     dv);
+        }
+      }
       continue;
     }
-    if (!few) kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
+    kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
     for (Index hh = 0; hh < group; ++hh) {
-      const Index h = g * group + hh;
-      if (few) {
-        kernel.tiny_scores(Q.at(b, h, q0), Q.row_stride, K.at(b, g, k0), K.row_stride, rows, n, d, call.rule.scale, S,
-                           n);
-      } else {
-        kernel.rows_times_matrix(false, Q.at(b, h, q0), Q.row_stride, rows, d, Kt, n, n, false, nullptr, S, n);
-      }
+      kernel.rows_times_matrix(false, Q.at(b, h0 + hh, q0), Q.row_stride, rows, d, Kt, n, n, false, nullptr, S, n);
       bool any = false;
       for (Index i = 0; i < rows; ++i) {
-        const Index r = hh * rows + i;
-        const bool seen = online_step(call, kernel, S + i * n, n, k0, lo, hi, few, keys[i], b, h, q0 + i, acc + r * dv,
-                                      m[r], l[r]);
+        const bool seen = step(hh * rows + i, i, k0, n, false);
         any = any || seen;
       }
       if (any)
-        kernel.rows_times_matrix(true, S, n, rows, n, V.at(b, g, k0), V.row_stride, dv, false, nullptr,
-                                 acc + hh * rows * dv, dv);
+        kernel.rows_times_matrix(true, S, n, rows, n, Vb, V.row_stride, dv, false, nullptr, acc + hh * rows * dv, dv);
     }
   }
 }
 
-// Rows of a thread's scores in the forward pass: a block of one head's query rows, or a decoding step's group.
+// Rows of a thread's scores in the forward pass: a block of one head's query rows, or the group's heads of a few.
 template <class Scalar>
 Index score_rows(const Call<Scalar>& call) {
-  return std::max(tuning::core_query_rows, call.group());
+  return std::max(tuning::core_query_rows, call.group() * tuning::decode_queries);
 }
 
 // Scratch Scalars of one thread in the forward pass: K^T (d, kb), the scores (score_rows, kb), then acc, m and l.
