@@ -6,13 +6,13 @@
 // level's row kernels (detail/kernels.hpp). Query head h reads key/value head g = h / group, group = H / G.
 //
 // Forward, one piece of work per (batch row b, key/value head g, block of core_query_rows queries, span of keys):
-// the group's query heads take turns over each block of core_key_rows keys, which is read (and, for more than
-// decode_queries rows, transposed) once for all of them; an online softmax keeps each row's running maximum m and
-// sum l, and O = acc / l, lse = m + log l at the end. Key blocks no row of the query block sees are skipped, so a
-// window of W keys costs O(n W). A call of at most decode_queries queries with at least two spans of decode_span keys
-// splits its keys into those spans (flash-decoding): each span is a piece of its own, and the partial results merge
-// by their log-sum-exp in key order. The pieces are fixed by the shape alone: the bits do not depend on the thread
-// count.
+// each block of core_key_rows keys is read once for all the group's query heads — which take turns over it, the block
+// transposed once, or, for at most decode_queries rows, are all the rows of one product (attend_keys) — and an
+// online softmax keeps each row's running maximum m and sum l, and O = acc / l, lse = m + log l at the end. Key
+// blocks no row of the query block sees are skipped, so a window of W keys costs O(n W). A call of at most
+// decode_queries queries with at least two spans of decode_span keys splits its keys into those spans
+// (flash-decoding): each span is a piece of its own, and the partial results merge by their log-sum-exp in key
+// order. The pieces are fixed by the shape alone: the bits do not depend on the thread count.
 //
 // Backward (FlashAttention-2's rule, from O, lse and dO): D = rowsum(dO * O); on each tile P = exp(s - lse),
 // dS = P (dP - D) with dP = dO V^T (times the dropout factors), then the softcap's derivative 1 - tanh^2 and the
