@@ -9,13 +9,23 @@ function(run)
     message(FATAL_ERROR "failed (${result}): ${ARGN}\n${out}\n${err}")
   endif()
   set(last_output "${out}" PARENT_SCOPE)
+  set(last_error "${err}" PARENT_SCOPE)
 endfunction()
+
+# The consumer is configured without a build type, as a newcomer's first project often is: attend must say that its
+# kernels are then unoptimised (cmake/attendBuildType.cmake).
+macro(require_build_type_warning)
+  if(NOT last_error MATCHES "attend: CMAKE_BUILD_TYPE is empty")
+    message(FATAL_ERROR "configuring the consumer without a build type gave no warning from attend:\n${last_error}")
+  endif()
+endmacro()
 
 file(REMOVE_RECURSE ${WORK_DIR})
 set(consumer_source ${ATTEND_SOURCE_DIR}/tests/consumer)
 if(MODE STREQUAL "subdirectory")
   run(${CMAKE_COMMAND} -S ${consumer_source} -B ${WORK_DIR}/build -DCMAKE_CXX_COMPILER=${CXX}
       -DATTEND_SOURCE_DIR=${ATTEND_SOURCE_DIR})
+  require_build_type_warning()
 elseif(MODE STREQUAL "find_package")
   # Install from a build tree of attend alone (no tests, no examples), as a packager would.
   run(${CMAKE_COMMAND} -S ${ATTEND_SOURCE_DIR} -B ${WORK_DIR}/attend-build -DCMAKE_CXX_COMPILER=${CXX}
@@ -24,6 +34,7 @@ elseif(MODE STREQUAL "find_package")
   # The installed headers, used the second way: the kernels in a file of their own.
   run(${CMAKE_COMMAND} -S ${consumer_source} -B ${WORK_DIR}/build -DCMAKE_CXX_COMPILER=${CXX}
       -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DSEPARATE_KERNELS=ON)
+  require_build_type_warning()
 else()
   message(FATAL_ERROR "MODE must be subdirectory or find_package, got '${MODE}'")
 endif()
