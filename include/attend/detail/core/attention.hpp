@@ -6,13 +6,13 @@
 // level's row kernels (detail/kernels.hpp). Query head h reads key/value head g = h / group, group = H / G.
 //
 // Forward, one piece of work per (batch row b, key/value head g, block of core_query_rows queries, span of keys):
-// each block of core_key_rows keys is read once for all the group's query heads — which take turns over it, the block
-// transposed once, or, for at most decode_queries rows, are all the rows of one product (attend_keys) — and an
-// online softmax keeps each row's running maximum m and sum l, and O = acc / l, lse = m + log l at the end. Key
-// blocks no row of the query block sees are skipped, so a window of W keys costs O(n W). A call of at most
-// decode_queries queries with at least two spans of decode_span keys splits its keys into those spans
-// (flash-decoding): each span is a piece of its own, and the partial results merge by their log-sum-exp in key
-// order. The pieces are fixed by the shape alone: the bits do not depend on the thread count.
+// each block of core_key_rows keys is transposed once for all the group's query heads — which take turns over it or,
+// for at most decode_queries rows, are all the rows of its products (attend_keys) — and an online softmax keeps each
+// row's running maximum m and sum l, and O = acc / l, lse = m + log l at the end. Key blocks no row of the query
+// block sees are skipped, so a window of W keys costs O(n W). A call of at most decode_queries queries with at least
+// two spans of decode_span keys splits its keys into those spans (flash-decoding): each span is a piece of its own,
+// and the partial results merge by their log-sum-exp in key order. The pieces are fixed by the shape alone: the bits
+// do not depend on the thread count.
 //
 // Backward (FlashAttention-2's rule, from O, lse and dO): D = rowsum(dO * O); on each tile P = exp(s - lse),
 // dS = P (dP - D) with dP = dO V^T (times the dropout factors), then the softcap's derivative 1 - tanh^2 and the
@@ -134,8 +134,7 @@ inline Index partial_size(Index batch, Index kv_heads, Index group, Index num_qu
 // False when the row sees none of these keys (row then all 0).
 template <class Scalar>
 bool online_step(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Scalar* row, Index n, Index k0, Index lo,
-                 Index hi, bool few, const VisibleKeys& visible, Index b, Index h, Index q, Scalar* acc, Scalar& m,
-                 Scalar& l) {
+                 Index hi, const VisibleKeys& visible, Index b, Index h, Index q, Scalar* acc, Scalar& m, Scalar& l) {
   constexpr Scalar none = -std::numeric_limits<Scalar>::infinity();
   const Index dv = call.values.dim;
   auto [a, z] = visible.within(k0, n);
@@ -143,7 +142,7 @@ bool online_step(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Scalar
   z = std::min(z, hi - k0);
   Scalar block_max = none;
   if (a < z) {
-    call.rule.apply(row, n, k0, a, z, few, visible, b, h, q);
+    call.rule.apply(row, n, k0, a, z, false, visible, b, h, q);
     block_max = kernel.row_max(row + a, z - a);
   }
   if (block_max == none) {
@@ -169,10 +168,10 @@ bool online_step(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Scalar
 // apart, m and l (group * rows) updated, row r = hh * rows + i for head hh of the group and query row i. keys: the
 // rows' visible keys.
 //
-// At most decode_queries rows (decoding, or a few queries checked at once): the group's query heads lie side by side
-// in each query row, dim apart, so all of them are the rows of each product — the scores of the group's rows against
-// a block of keys, and their weights times the block's values in one product — and each block of keys and values is
-// read once for the whole group. More rows: each head of the group in turn, against the block transposed once.
+// Each block of keys is transposed once, for all the group's heads. At most decode_queries rows (decoding, or a few
+// queries checked at once): the group's query heads lie side by side in each query row, dim apart, so they are the
+// rows of one product with the block per query row, and all the group's weights times the block's values one product:
+// the block of keys and values is read once for the whole group. More rows: each head of the group in turn.
 // Either way a head none of whose rows sees a key of the block adds nothing for it (not 0 times the values, which
 // would turn a value's inf into NaN).
 template <class Scalar>
@@ -184,23 +183,23 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
   Scalar* Kt = scratch;          // (d, kb): the key block transposed
   Scalar* S = scratch + d * kb;  // (rows, kb) of one head, or (group * rows, kb) for few rows: scores, then weights
   // Row r's online-softmax step on the scores at S + at * n; whether it sees a key of the block.
-  const auto step = [&](Index r, Index at, Index k0, Index n, bool few) {
+  const auto step = [&](Index r, Index at, Index k0, Index n) {
     const Index hh = r / rows, i = r % rows;
-    return online_step(call, kernel, S + at * n, n, k0, lo, hi, few, keys[i], b, h0 + hh, q0 + i, acc + r * dv, m[r],
-                       l[r]);
+    return online_step(call, kernel, S + at * n, n, k0, lo, hi, keys[i], b, h0 + hh, q0 + i, acc + r * dv, m[r], l[r]);
   };
   for (Index k0 = lo / kb * kb; k0 < hi; k0 += kb) {
     const Index n = std::min(kb, K.length - k0);
     const Scalar* Vb = V.at(b, g, k0);  // (n, dv), rows V.row_stride apart
+    kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
     if (rows <= tuning::decode_queries) {
       for (Index i = 0; i < rows; ++i)  // scores row hh * rows + i: the heads of query row i, lds rows * n
-        kernel.tiny_scores(Q.at(b, h0, q0 + i), d, K.at(b, g, k0), K.row_stride, group, n, d, call.rule.scale,
-                           S + i * n, rows * n);
+        kernel.rows_times_matrix(false, Q.at(b, h0, q0 + i), d, group, d, Kt, n, n, false, nullptr, S + i * n,
+                                 rows * n);
       bool every_head = true;
       for (Index hh = 0; hh < group; ++hh) {
         bool any = false;
         for (Index i = 0; i < rows; ++i) {
-          const bool seen = step(hh * rows + i, hh * rows + i, k0, n, true);
+          const bool seen = step(hh * rows + i, hh * rows + i, k0, n);
           any = any || seen;
         }
         every_head = every_head && any;
@@ -217,12 +216,11 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
       }
       continue;
     }
-    kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
     for (Index hh = 0; hh < group; ++hh) {
       kernel.rows_times_matrix(false, Q.at(b, h0 + hh, q0), Q.row_stride, rows, d, Kt, n, n, false, nullptr, S, n);
       bool any = false;
       for (Index i = 0; i < rows; ++i) {
-        const bool seen = step(hh * rows + i, i, k0, n, false);
+        const bool seen = step(hh * rows + i, i, k0, n);
         any = any || seen;
       }
       if (any)
