@@ -733,3 +733,51 @@ TEMPLATE_TEST_CASE("With one head and valid lengths, scaled_dot_product_attentio
     REQUIRE_THAT(g.values, Near(by_module.values, close));
   }
 }
+
+// The rule DotProductAttention's direct path keeps (tests/test_numerical_stress.cpp): a value that is not finite
+// reaches exactly the queries that see its key. A query that does not see key j has the output it has with any
+// finite value at j (here 0), whichever way the core takes: a few queries against a cache split into spans, or a
+// block of queries; with a causal mask and with a bias that hides j from one head.
+TEMPLATE_TEST_CASE("A value that is not finite reaches only the queries that see its key", "[sdpa][stress]", float,
+                   double) {
+  const attend::Index heads = 4, kv_heads = 2, dim = 8, num_keys = 600, hidden = 590;
+  for (const attend::Index num_queries : {attend::Index(3), attend::Index(20)}) {
+    for (const bool with_bias : {false, true}) {
+      CAPTURE(num_queries, with_bias);
+      const Tensor3<TestType> Q = random_tensor<TestType>(1, num_queries, heads * dim, 961);
+      const Tensor3<TestType> K = random_tensor<TestType>(1, num_keys, kv_heads * dim, 962);
+      Tensor3<TestType> V = random_tensor<TestType>(1, num_keys, kv_heads * dim, 963), V_zero = V;
+      for (attend::Index c = 0; c < kv_heads * dim; ++c) {
+        V(0, hidden, c) = std::numeric_limits<TestType>::infinity();
+        V_zero(0, hidden, c) = TestType(0);
+      }
+      attend::ScoreOptions<TestType> options;
+      if (with_bias) {  // head 1 never sees the key, whatever the mask says
+        options.bias = Tensor3<TestType>(heads, num_queries, num_keys);
+        options.bias.setZero();
+        for (attend::Index q = 0; q < num_queries; ++q)
+          options.bias(1, q, hidden) = -std::numeric_limits<TestType>::infinity();
+      }
+      const Mask mask = Mask::causal();
+      const Tensor3<TestType> got = attend::scaled_dot_product_attention(Q, K, V, heads, kv_heads, mask, options);
+      const Tensor3<TestType> clean =
+          attend::scaled_dot_product_attention(Q, K, V_zero, heads, kv_heads, mask, options);
+      for (attend::Index q = 0; q < num_queries; ++q)
+        for (attend::Index h = 0; h < heads; ++h) {
+          const bool sees = q + (num_keys - num_queries) >= hidden && !(with_bias && h == 1);
+          for (attend::Index c = 0; c < dim; ++c) {
+            const TestType value = got(0, q, h * dim + c), expected = clean(0, q, h * dim + c);
+            CAPTURE(q, h, c, value, expected);
+            if (sees) {
+              CHECK_FALSE(std::isfinite(value));
+            } else {
+              CHECK(std::isfinite(value));
+              // The block holding the key sums its weights times values in another order: within n eps (Higham's
+              // bound for a sum of n terms of at most 1 in size), times 4.
+              CHECK(std::abs(value - expected) <= TestType(4 * num_keys) * std::numeric_limits<TestType>::epsilon());
+            }
+          }
+        }
+    }
+  }
+}

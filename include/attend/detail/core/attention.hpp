@@ -187,10 +187,34 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
     const Index hh = r / rows, i = r % rows;
     return online_step(call, kernel, S + at * n, n, k0, lo, hi, keys[i], b, h0 + hh, q0 + i, acc + r * dv, m[r], l[r]);
   };
+  // Whether the block's weights may meet its values in a product: when some weight is 0 because its key is hidden
+  // from the row (by the mask, the span, a bias of -inf or dropout), only if every value is finite, since 0 times
+  // inf or NaN would make NaN a row that does not see that key.
+  const auto product_safe = [&](Index k0, Index n, const Scalar* Vb) {
+    bool every_key_seen = call.rule.bias == nullptr && !call.dropout.active() && k0 >= lo && k0 + n <= hi;
+    for (Index i = 0; every_key_seen && i < rows; ++i) {
+      const auto [a, z] = keys[i].within(k0, n);
+      every_key_seen = keys[i].is_range() && a == 0 && z == n;
+    }
+    return every_key_seen || all_finite(Eigen::Map<const Matrix<Scalar>, 0, Eigen::OuterStride<>>(
+                                 Vb, n, dv, Eigen::OuterStride<>(V.row_stride)));
+  };
+  // acc rows += P rows times the block's values, each weight that is not 0 alone: where product_safe is false.
+  const auto add_weighted_values = [&](const Scalar* P, Index count, Index n, const Scalar* Vb, Scalar* out) {
+    for (Index r = 0; r < count; ++r)
+      for (Index j = 0; j < n; ++j) {
+        const Scalar w = P[r * n + j];
+        if (w == Scalar(0)) continue;
+        const Scalar* v = Vb + j * V.row_stride;
+        Scalar* o = out + r * dv;
+        for (Index c = 0; c < dv; ++c) o[c] += w * v[c];
+      }
+  };
   for (Index k0 = lo / kb * kb; k0 < hi; k0 += kb) {
     const Index n = std::min(kb, K.length - k0);
     const Scalar* Vb = V.at(b, g, k0);  // (n, dv), rows V.row_stride apart
     kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
+    const bool safe = product_safe(k0, n, Vb);
     if (rows <= tuning::decode_queries) {
       for (Index i = 0; i < rows; ++i)  // scores row hh * rows + i: the heads of query row i, lds rows * n
         kernel.rows_times_matrix(false, Q.at(b, h0, q0 + i), d, group, d, Kt, n, n, false, nullptr, S + i * n,
@@ -204,7 +228,9 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
         }
         every_head = every_head && any;
       }
-      if (every_head) {
+      if (!safe) {
+        add_weighted_values(S, group * rows, n, Vb, acc);
+      } else if (every_head) {
         kernel.rows_times_matrix(true, S, n, group * rows, n, Vb, V.row_stride, dv, false, nullptr, acc, dv);
       } else {  // the heads with a weight, each alone
         for (Index hh = 0; hh < group; ++hh) {
@@ -223,8 +249,11 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
         const bool seen = step(hh * rows + i, i, k0, n);
         any = any || seen;
       }
-      if (any)
+      if (!any) continue;
+      if (safe)
         kernel.rows_times_matrix(true, S, n, rows, n, Vb, V.row_stride, dv, false, nullptr, acc + hh * rows * dv, dv);
+      else
+        add_weighted_values(S, rows, n, Vb, acc + hh * rows * dv);
     }
   }
 }
