@@ -471,13 +471,7 @@ TEMPLATE_TEST_CASE("GroupedQueryAttention's cached call: out-parameter overload,
 
 TEMPLATE_TEST_CASE("GroupedQueryAttention's cached call allocates nothing from the second call of a shape on",
                    "[grouped_query_attention][kv_cache][allocation]", float, double) {
-#ifndef ATTEND_TEST_COUNTS_NEW
-  WARN("operator new is not replaced under ThreadSanitizer: nothing here is counted");
-  return;
-#endif
-#ifndef ATTEND_TEST_COUNTS_MALLOC
-  WARN("malloc is not counted here (not glibc, or a sanitizer build): Eigen's allocations go unseen");
-#endif
+  ATTEND_TEST_START_COUNTING();
   struct Config {
     const char* name;
     Mask mask;

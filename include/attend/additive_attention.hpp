@@ -95,9 +95,8 @@ class AdditiveAttention : public Module, public detail::WithParameters<AdditiveA
                                   values = detail::input3<Scalar>(values_in);
     const TensorMap3<Scalar> out = detail::output3<Scalar>(out_arg);
     check(queries, keys, values, mask, where);
-    detail::require_shape(out, {queries.dimension(0), queries.dimension(1), values.dimension(2)}, where, "out",
-                          "(batch, queries, value_dim)");
-    detail::require_apart(out, values, where, "values");
+    detail::require_out<Scalar>(out, {queries.dimension(0), queries.dimension(1), values.dimension(2)}, where,
+                                "(batch, queries, value_dim)", {{&values, "values"}});
     Tensor3<Scalar> weights, q, k;  // (batch, q, k), (batch, q, num_hiddens), (batch, k, num_hiddens)
     run(queries, keys, values, mask, detail::AttentionDropout(), weights, q, k, out);
   }

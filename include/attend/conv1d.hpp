@@ -114,9 +114,8 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
     const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
     const TensorMap3<Scalar> out = detail::output3<Scalar>(out_arg);
     check_input(X, where);
-    detail::require_shape(out, {X.dimension(0), X.dimension(1), out_channels_}, where, "out",
-                          "(batch, steps, out_channels)");
-    detail::require_apart(out, X, where, "X");
+    detail::require_out<Scalar>(out, {X.dimension(0), X.dimension(1), out_channels_}, where,
+                                "(batch, steps, out_channels)", {{&X, "X"}});
     correlate(X, output_taps(), left_padding(), has_bias_ ? bias_.data() : nullptr, out);
   }
 

@@ -264,10 +264,8 @@ class GroupedQueryAttention : public Module, public detail::WithParameters<Group
   }
   template <class Out, class Map>
   void require_output(const Out& Y, const Map& X, const char* where) const {
-    detail::require(
-        Y.dimension(0) == X.dimension(0) && Y.dimension(1) == X.dimension(1) && Y.dimension(2) == num_hiddens(), where,
-        ": out must have shape (", X.dimension(0), ", ", X.dimension(1), ", ", num_hiddens(),
-        ") (batch, steps, num_hiddens), got ", detail::shape_text(Y.dimensions()));
+    detail::require_shape(Y, {X.dimension(0), X.dimension(1), num_hiddens()}, where, "out",
+                          "(batch, steps, num_hiddens)");
   }
 
   static void resize(Tensor3<Scalar>& T, Index a, Index b, Index c) {

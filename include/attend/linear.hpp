@@ -79,9 +79,8 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
     const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
     const TensorMap3<Scalar> out = detail::output3<Scalar>(out_arg);
     check_input(X, where);
-    detail::require_shape(out, {X.dimension(0), X.dimension(1), out_features_}, where, "out",
-                          "(batch, steps, out_features)");
-    detail::require_apart(out, X, where, "X");
+    detail::require_out<Scalar>(out, {X.dimension(0), X.dimension(1), out_features_}, where,
+                                "(batch, steps, out_features)", {{&X, "X"}});
     apply(detail::as_matrix(X), detail::as_matrix(out));
   }
 

@@ -107,9 +107,8 @@ class RNN : public Module, public detail::WithParameters<RNN<Scalar>, Scalar> {
     const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
     const TensorMap3<Scalar> out = detail::output3<Scalar>(out_arg);
     check_input(X, where);
-    detail::require_shape(out, {X.dimension(0), X.dimension(1), hidden_size_}, where, "out",
-                          "(batch, steps, hidden_size)");
-    detail::require_apart(out, X, where, "X");
+    detail::require_out<Scalar>(out, {X.dimension(0), X.dimension(1), hidden_size_}, where,
+                                "(batch, steps, hidden_size)", {{&X, "X"}});
     run(X, out);
   }
 

@@ -81,12 +81,11 @@ void require_keys_values(const KeyMap& keys, const ValueMap& values, AttentionSh
   s.value_dim = values.dimension(2) / s.kv_heads;
 }
 
-template <class Scalar>
-void require_output(const Eigen::TensorMap<Tensor3<Scalar>>& out, const AttentionShape& s, const char* where) {
-  require(out.dimension(0) == s.batch && out.dimension(1) == s.queries && out.dimension(2) == s.heads * s.value_dim,
-          where, ": out must have shape (", s.batch, ", ", s.queries, ", ", s.heads * s.value_dim,
-          ") (batch, queries, num_heads * value_dim), got ", shape_text(out.dimensions()));
+// out's shape, (batch, queries, num_heads * value_dim).
+inline std::array<Index, 3> output_shape(const AttentionShape& s) {
+  return {s.batch, s.queries, s.heads * s.value_dim};
 }
+constexpr const char* output_axes = "(batch, queries, num_heads * value_dim)";
 
 // The core's memory for the functional calls, one per thread and Scalar.
 template <class Scalar>
@@ -117,10 +116,7 @@ void attention_into(const Queries& queries, const Keys& keys, const Values& valu
   require_keys_values<Scalar>(k, v, s, where);
   mask.require_shape(s.batch, s.queries, s.keys, where);
   require_score_options(options, s, where);
-  require_output(out, s, where);
-  require_apart(out, q, where, "queries");
-  require_apart(out, k, where, "keys");
-  require_apart(out, v, where, "values");
+  require_out<Scalar>(out, output_shape(s), where, output_axes, {{&q, "queries"}, {&k, "keys"}, {&v, "values"}});
   attention_heads<Scalar>(heads_of_map<const Scalar>(q, num_heads), heads_of_map<const Scalar>(k, num_kv_heads),
                           heads_of_map<const Scalar>(v, num_kv_heads), mask, options, AttentionDropout{}, lse,
                           heads_of_map<Scalar>(out, num_heads), attention_buffers<Scalar>());
@@ -139,8 +135,7 @@ void cached_attention_into(const Queries& queries, const KVCache<Scalar>& cache,
   s.value_dim = cache.head_dim();
   mask.require_shape(s.batch, s.queries, s.keys, where);
   require_score_options(options, s, where);
-  require_output(out, s, where);
-  require_apart(out, q, where, "queries");
+  require_out<Scalar>(out, output_shape(s), where, output_axes, {{&q, "queries"}});
   attention_heads<Scalar>(heads_of_map<const Scalar>(q, num_heads), cache.keys(), cache.values(), mask, options,
                           AttentionDropout{}, lse, heads_of_map<Scalar>(out, num_heads), attention_buffers<Scalar>());
 }

@@ -158,3 +158,18 @@ void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); 
 void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 #endif
+
+// The opening of a test that counts: it ends the test, saying why, where nothing can be counted, and warns where
+// malloc goes unseen (then only operator new is counted).
+#if !defined(ATTEND_TEST_COUNTS_NEW)
+#define ATTEND_TEST_START_COUNTING()                                                          \
+  do {                                                                                        \
+    WARN("operator new is not replaced under ThreadSanitizer: nothing here is counted");     \
+    return;                                                                                   \
+  } while (false)
+#elif !defined(ATTEND_TEST_COUNTS_MALLOC)
+#define ATTEND_TEST_START_COUNTING() \
+  WARN("malloc is not counted here (not glibc, or a sanitizer build): Eigen's allocations go unseen")
+#else
+#define ATTEND_TEST_START_COUNTING() static_cast<void>(0)
+#endif

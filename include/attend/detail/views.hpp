@@ -6,7 +6,9 @@
 #include <attend/config.hpp>
 #include <attend/detail/heads.hpp>
 #include <attend/tensor.hpp>
+#include <array>
 #include <functional>
+#include <initializer_list>
 #include <type_traits>
 
 namespace attend {
@@ -128,6 +130,23 @@ void require_apart(const TensorMap3<Scalar>& out, const ConstTensorMap3<Scalar>&
   const bool apart = out.size() == 0 || input.size() == 0 || !before(out.data(), input.data() + input.size()) ||
                      !before(input.data(), out.data() + out.size());
   require(apart, where, ": out must not overlap ", name, " (the output is written while ", name, " is read)");
+}
+
+// An input of a call, by name, for require_out.
+template <class Scalar>
+struct NamedInput {
+  const ConstTensorMap3<Scalar>* map;
+  const char* name;
+};
+
+// The checks of every out-parameter overload: out has exactly the shape `expected` (axes names its axes) and shares
+// no memory with any of `inputs`.
+//   "Linear::forward: out must have shape (2, 4, 8) (batch, steps, out_features), got (2, 5, 8)"
+template <class Scalar>
+void require_out(const TensorMap3<Scalar>& out, const std::array<Index, 3>& expected, const char* where,
+                 const char* axes, std::initializer_list<NamedInput<Scalar>> inputs) {
+  require_shape(out, expected, where, "out", axes);
+  for (const NamedInput<Scalar>& input : inputs) require_apart(out, *input.map, where, input.name);
 }
 
 // The heads of a (batch, steps, count * dim) map, count heads; dim from the width.

@@ -123,8 +123,9 @@ class AttentionPathModule : public Module {
     const auto queries = input3<Scalar>(queries_in), keys = input3<Scalar>(keys_in), values = input3<Scalar>(values_in);
     const TensorMap3<Scalar> out = output3<Scalar>(out_arg);
     derived().check(queries, keys, values, mask, Derived::forward_name);
-    require_shape(out, {queries.dimension(0), queries.dimension(1), derived().output_features(values)},
-                  Derived::forward_name, "out", "(batch, queries, output features)");
+    require_out<Scalar>(out, {queries.dimension(0), queries.dimension(1), derived().output_features(values)},
+                        Derived::forward_name, "(batch, queries, output features)",
+                        {{&queries, "queries"}, {&keys, "keys"}, {&values, "values"}});
     derived().run(queries, keys, values, mask, workspace, nullptr, AttentionDropout(), takes_tiled(queries, keys),
                   nullptr, out);
   }
