@@ -26,7 +26,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <memory>
 #include <type_traits>
 #include <vector>
 

@@ -142,7 +142,7 @@ bool online_step(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Scalar
   z = std::min(z, hi - k0);
   Scalar block_max = none;
   if (a < z) {
-    call.rule.apply(row, n, k0, a, z, false, visible, b, h, q);
+    call.rule.apply(row, n, k0, a, z, visible, b, h, q);
     block_max = kernel.row_max(row + a, z - a);
   }
   if (block_max == none) {
@@ -391,7 +391,7 @@ bool gradient_tile(const Call<Scalar>& call, const Kernels<Scalar>& kernel, cons
       continue;
     }
     any = true;
-    call.rule.apply(p, n, k0, a, z, false, keys[i], b, h, q, call.rule.has_softcap() ? t : nullptr);
+    call.rule.apply(p, n, k0, a, z, keys[i], b, h, q, call.rule.has_softcap() ? t : nullptr);
     kernel.exp_shifted(p + a, z - a, row_lse);
     std::fill(p, p + a, Scalar(0));
     std::fill(p + z, p + n, Scalar(0));

@@ -39,17 +39,16 @@ struct ScoreRule {
     return bias + (r * num_queries + q) * num_keys;
   }
 
-  // In place over a tile row of n keys starting at key k0, whose entries [lo, hi) hold the products q.k, times scale
-  // when scaled (the others are overwritten): the scores of the keys the row sees, -inf elsewhere. tanh_out, when not
+  // In place over a tile row of n keys starting at key k0, whose entries [lo, hi) hold the products q.k (the others
+  // are overwritten): the scores of the keys the row sees, -inf elsewhere. tanh_out, when not
   // null, receives tanh(scale * q.k / softcap) on [lo, hi) (the softcap's derivative is 1 - tanh^2).
   // keys: the row's visible keys (Mask::visible_keys).
-  void apply(Scalar* row, Index n, Index k0, Index lo, Index hi, bool scaled, const VisibleKeys& keys, Index b, Index h,
-             Index q, Scalar* tanh_out = nullptr) const {
+  void apply(Scalar* row, Index n, Index k0, Index lo, Index hi, const VisibleKeys& keys, Index b, Index h, Index q,
+             Scalar* tanh_out = nullptr) const {
     constexpr Scalar hidden = -std::numeric_limits<Scalar>::infinity();
     std::fill(row, row + lo, hidden);
     std::fill(row + hi, row + n, hidden);
-    if (!scaled)
-      for (Index j = lo; j < hi; ++j) row[j] *= scale;
+    for (Index j = lo; j < hi; ++j) row[j] *= scale;
     if (has_softcap()) {
       const Scalar inverse = Scalar(1) / softcap;
       for (Index j = lo; j < hi; ++j) {

@@ -15,7 +15,7 @@ Scalar dot_tiny(const Scalar* a, const Scalar* b, Index n) {
 // scores (queries, keys) = scale * Q K^T for one head: Q (queries, d) rows ldq apart, K (keys, d) rows ldk apart,
 // scores rows lds apart; each score is dot_tiny's sum, in dot_tiny's order. Four keys at a time, their sums in four
 // accumulators: a dot product is a chain of dependent multiply-adds, and four chains keep the FMA units busy where
-// one would wait on each result (decoding makes a score per cached key this way).
+// one would wait on each result.
 template <class Scalar>
 void tiny_scores(const Scalar* Q, Index ldq, const Scalar* K, Index ldk, Index num_queries, Index num_keys, Index d,
                  Scalar scale, Scalar* scores, Index lds) {

@@ -106,13 +106,11 @@ class AttentionPathModule : public Module {
     return forward(queries, keys, values, mask, workspace);
   }
   template <class Queries, class Keys, class Values>
-  Tensor3<Scalar> forward(const Queries& queries_in, const Keys& keys_in, const Values& values_in, const Mask& mask,
+  Tensor3<Scalar> forward(const Queries& queries, const Keys& keys, const Values& values, const Mask& mask,
                           AttentionWorkspace<Scalar>& workspace) const {
-    const auto queries = input3<Scalar>(queries_in), keys = input3<Scalar>(keys_in), values = input3<Scalar>(values_in);
-    derived().check(queries, keys, values, mask, Derived::forward_name);
-    Tensor3<Scalar> output(queries.dimension(0), queries.dimension(1), derived().output_features(values));
-    derived().run(queries, keys, values, mask, workspace, nullptr, AttentionDropout(), takes_tiled(queries, keys),
-                  nullptr, output3<Scalar>(output));
+    const auto q = input3<Scalar>(queries), v = input3<Scalar>(values);
+    Tensor3<Scalar> output(q.dimension(0), q.dimension(1), derived().output_features(v));  // (batch, q, features)
+    forward(q, input3<Scalar>(keys), v, mask, workspace, output);
     return output;
   }
   // The same into out (batch, q, output features): a Tensor3 of that shape or a TensorMap3 of the caller's memory.
