@@ -556,9 +556,10 @@ std::string shape_label(const AttentionShape& s) {
                                  s.mask == MaskKind::none ? "" : " ", s.mask == MaskKind::none ? "" : mask_name(s.mask));
 }
 
-// From the seed's example to n = 8192: a mid-size batch, then d = 256 with 8 heads up to n = 8192, and one head of
-// d = 64 (the long-sequence case of the memory target: n = 16384 under 128 MiB) at n = 2048 and 8192.
-const AttentionShape attention_shapes[] = {{2, 4, 100, 5},     {8, 128, 256, 8},   {4, 512, 256, 8},
+// From the seed's example to n = 8192: a mid-size batch, BERT-base's width (768, 12 heads), then d = 256 with 8 heads
+// up to n = 8192, and one head of d = 64 (the long-sequence case of the memory target: n = 16384 under 128 MiB) at
+// n = 2048 and 8192.
+const AttentionShape attention_shapes[] = {{2, 4, 100, 5},     {8, 128, 256, 8},   {2, 384, 768, 12}, {4, 512, 256, 8},
                                            {1, 1024, 256, 8},  {1, 2048, 64, 1},   {1, 2048, 256, 8},
                                            {1, 4096, 256, 8},  {1, 8192, 64, 1},   {1, 8192, 256, 8}};
 

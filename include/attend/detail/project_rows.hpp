@@ -5,10 +5,12 @@
 // transposed and packed only when it changes; otherwise W^T read from W, each panel transposed into the kernel's
 // packed panels as it goes. The row kernel is compiled for each instruction-set level and chosen at run time, so it
 // runs at one speed whatever the flags the program was built with (a GEMM of Eigen's is compiled for those flags).
-// Rows go in fixed chunks of tuning::rows_per_chunk: the chunks do not depend on the number of threads, so neither
-// does any output element's summation order: with OpenMP the chunks are shared among the threads, and the result is
-// bit-identical for 1 and N threads. When the same X feeds several projections (Q, K and V of self-attention), each
-// chunk of X is used by all of them while it is in cache: one pass over X.
+// The work goes in pieces of a fixed chunk of tuning::rows_per_chunk rows by one panel of a projection's columns
+// (tuning::product_panel_width, the split the row kernel makes itself, so that a piece changes no element's summation
+// order): the pieces do not depend on the number of threads, so the result is bit-identical for 1 and N threads, and
+// there are enough of them that no thread waits long for the last (768 rows of three 768-wide projections make 54
+// pieces, not 3 chunks for 2 threads). A chunk's pieces come one after the other, so that when the same X feeds
+// several projections (Q, K and V of self-attention) its rows are read while they are in cache.
 //
 // At most tuning::few_rows rows (the seed's 8) of floats on the avx512 level take neither: the level's
 // few_rows_projection (detail/avx512/few_rows_projection.hpp) reads W as it is, with no kept copy to compare, and
@@ -51,26 +53,34 @@ void project_rows(const Eigen::Ref<const Matrix<Scalar>>& X, std::initializer_li
     return;
   }
   // Each kept W^T refreshed. May allocate: before the parallel region.
-  double width = 0;  // the sum of the projections' out
+  double width_sum = 0;  // the sum of the projections' out
   for (const Projection<Scalar>& p : projections) {
-    width += static_cast<double>(p.out);
+    width_sum += static_cast<double>(p.out);
     if (p.kept != nullptr) {
       p.kept->refresh(p.W, p.out, in);
       p.kept->pack_for(kernel);
     }
   }
+  // The pieces of work: each chunk of rows by each panel of each projection's columns, chunk by chunk.
+  constexpr Index width = tuning::product_panel_width<Scalar>;
+  Index panels = 0;  // of all the projections
+  for (const Projection<Scalar>& p : projections) panels += (p.out + width - 1) / width;
   const Index chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-  parallel_for(chunks, static_cast<double>(rows) * static_cast<double>(in) * width, [&](Index c, int) {
-    const Index r0 = c * rows_per_chunk, n = std::min(rows_per_chunk, rows - r0);
+  parallel_for(chunks * panels, static_cast<double>(rows) * static_cast<double>(in) * width_sum, [&](Index item, int) {
+    const Index r0 = item / panels * rows_per_chunk, n = std::min(rows_per_chunk, rows - r0);
+    const Projection<Scalar>* p = projections.begin();
+    Index c0 = item % panels * width;  // the panel's first column, counted over the projections in order
+    while (c0 >= p->out) c0 -= (p->out + width - 1) / width * width, ++p;
+    const Index columns = std::min(width, p->out - c0);
     const Scalar* X_r0 = X.data() + r0 * X.outerStride();  // (n, in)
-    for (const Projection<Scalar>& p : projections) {
-      if (p.kept != nullptr) {  // W^T (in, out), packed
-        kernel.packed_times_matrix(false, false, X_r0, X.outerStride(), n, 0, in, p.out, p.kept->packed(), in, p.out,
-                                   p.bias, p.Y + r0 * p.y_stride, p.y_stride);
-      } else {  // W^T read from W: its entry (k, o) at W[o * in + k]
-        kernel.strided_times_matrix(false, X_r0, X.outerStride(), n, in, p.W, 1, in, p.out, p.bias,
-                                    p.Y + r0 * p.y_stride, p.y_stride);
-      }
+    const Scalar* bias = p->bias != nullptr ? p->bias + c0 : nullptr;
+    Scalar* Y = p->Y + r0 * p->y_stride + c0;  // (n, columns), rows y_stride apart
+    if (p->kept != nullptr) {  // W^T (in, out), packed: its columns from c0 on are the panel at c0 * in
+      kernel.packed_times_matrix(false, false, X_r0, X.outerStride(), n, 0, in, columns, p->kept->packed() + c0 * in,
+                                 in, p->out - c0, bias, Y, p->y_stride);
+    } else {  // W^T read from W: its entry (k, o) at W[o * in + k]
+      kernel.strided_times_matrix(false, X_r0, X.outerStride(), n, in, p->W + c0 * in, 1, in, columns, bias, Y,
+                                  p->y_stride);
     }
   });
 }
