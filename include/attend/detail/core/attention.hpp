@@ -8,8 +8,10 @@
 // Forward, one piece of work per (batch row b, key/value head g, block of core_query_rows queries, span of keys):
 // each block of core_key_rows keys is transposed once for all the group's query heads — which take turns over it or,
 // for at most decode_queries rows, are all the rows of its products (attend_keys) — and an online softmax keeps each
-// row's running maximum m and sum l, and O = acc / l, lse = m + log l at the end. Key blocks no row of the query
-// block sees are skipped, so a window of W keys costs O(n W). A call of at most decode_queries queries with at least
+// row's running maximum m and sum l, and O = acc / l, lse = m + log l at the end. The blocks of keys run from the first
+// key some row of the query block sees to one past the last (the union of the rows' visible ranges), so no key
+// outside it is scored: a window of W keys costs n (W + core_query_rows - 1) scores, not whole blocks of keys across
+// the window's edges. A call of at most decode_queries queries with at least
 // two spans of decode_span keys splits its keys into those spans (flash-decoding): each span is a piece of its own,
 // and the partial results merge by their log-sum-exp in key order. The pieces are fixed by the shape alone: the bits
 // do not depend on the thread count.
@@ -17,7 +19,8 @@
 // Backward (FlashAttention-2's rule, from O, lse and dO): D = rowsum(dO * O); on each tile P = exp(s - lse),
 // dS = P (dP - D) with dP = dO V^T (times the dropout factors), then the softcap's derivative 1 - tanh^2 and the
 // scale. Two passes keep every output owned by one piece: (b, g, key block) adds dK and dV over all the group's query
-// rows; (b, h, query block) adds dQ over the keys. Both recompute the tile.
+// rows; (b, h, query block) adds dQ over its rows' visible keys, in blocks as the forward pass. Both recompute the
+// tile.
 //
 // A query that sees no key by the mask's structure: FullyMasked::zero gives a zero row, FullyMasked::uniform d2l's
 // mean of every value (weights 1 / num_keys, no gradient to Q or K, dO / num_keys to each value); lse is -inf.
@@ -210,8 +213,8 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
         for (Index c = 0; c < dv; ++c) o[c] += w * v[c];
       }
   };
-  for (Index k0 = lo / kb * kb; k0 < hi; k0 += kb) {
-    const Index n = std::min(kb, K.length - k0);
+  for (Index k0 = lo; k0 < hi; k0 += kb) {
+    const Index n = std::min(kb, hi - k0);
     const Scalar* Vb = V.at(b, g, k0);  // (n, dv), rows V.row_stride apart
     kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
     const bool safe = product_safe(k0, n, Vb);
@@ -485,8 +488,8 @@ void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scal
     Scalar *Kt = scratch, *Vt = Kt + d * kb, *P = Vt + dv * kb, *dS = P + qb * kb, *T = dS + qb * kb;
     VisibleKeys* keys = buffers.rows[static_cast<std::size_t>(thread)].data();
     const auto [first, last] = block_visible(mask, b, q0, rows, nq, nk, keys);
-    for (Index k0 = first / kb * kb; k0 < last; k0 += kb) {
-      const Index n = std::min(kb, nk - k0);
+    for (Index k0 = first; k0 < last; k0 += kb) {
+      const Index n = std::min(kb, last - k0);
       kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
       kernel.transpose_into(V.at(b, g, k0), V.row_stride, n, dv, Vt, n);
       if (!gradient_tile(call, kernel, dO, lse, deltas, b, h, q0, rows, k0, n, keys, Kt, Vt, P, dS, T)) continue;
