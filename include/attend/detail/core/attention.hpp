@@ -167,14 +167,38 @@ bool online_step(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Scalar
   return true;
 }
 
+// Rows of a thread's scores in the forward pass: a block of one head's query rows, or the group's heads of a few.
+template <class Scalar>
+Index score_rows(const Call<Scalar>& call) {
+  return std::max(tuning::core_query_rows, call.group() * tuning::decode_queries);
+}
+
+// Where the parts of one thread's scratch in the forward pass start, in Scalars: the key block (d, kb) transposed or
+// packed from 0, the value block packed (kb, dv padded to whole packets), the scores (score_rows, kb), then acc, m
+// and l; size: the whole.
+template <class Scalar>
+struct ForwardScratch {
+  Index values, scores, acc, size;
+  explicit ForwardScratch(const Call<Scalar>& call) {
+    const Index kb = tuning::core_key_rows, dv = call.values.dim;
+    const Index rows = std::min(tuning::core_query_rows, call.queries.length) * call.group();
+    values = call.queries.dim * kb;
+    scores = values + kb * padded_to_packets<Scalar>(dv);
+    acc = scores + score_rows(call) * kb;
+    size = acc + rows * (dv + 2);
+  }
+};
+
 // The online softmax of one block of query rows of the group over the keys [lo, hi): acc (group * rows, dv) rows dv
 // apart, m and l (group * rows) updated, row r = hh * rows + i for head hh of the group and query row i. keys: the
 // rows' visible keys.
 //
-// Each block of keys is transposed once, for all the group's heads. At most decode_queries rows (decoding, or a few
-// queries checked at once): the group's query heads lie side by side in each query row, dim apart, so they are the
-// rows of one product with the block per query row, and all the group's weights times the block's values one product:
-// the block of keys and values is read once for the whole group. More rows: each head of the group in turn.
+// Each block of keys is copied once, for all the group's heads. At most decode_queries rows (decoding, or a few
+// queries checked at once): the block is transposed, and the group's query heads, which lie side by side in each
+// query row, dim apart, are the rows of one product with it per query row, and all the group's weights times the
+// block's values one product: the block of keys and values is read once for the whole group. More rows: the blocks of
+// keys (as K^T) and of values are packed into the row kernel's micro-panels once, and each head of the group in turn
+// multiplies over them (a product of that many rows would otherwise pack its operand itself, once per head).
 // Either way a head none of whose rows sees a key of the block adds nothing for it (not 0 times the values, which
 // would turn a value's inf into NaN).
 template <class Scalar>
@@ -183,8 +207,10 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
   const Heads<const Scalar>&Q = call.queries, &K = call.keys, &V = call.values;
   const Index d = Q.dim, dv = V.dim, group = call.group(), h0 = g * group;
   const Index kb = tuning::core_key_rows;
-  Scalar* Kt = scratch;          // (d, kb): the key block transposed
-  Scalar* S = scratch + d * kb;  // (rows, kb) of one head, or (group * rows, kb) for few rows: scores, then weights
+  const ForwardScratch<Scalar> parts(call);
+  Scalar* Kt = scratch;                 // (d, kb): the key block transposed, or K^T packed
+  Scalar* Vp = scratch + parts.values;  // (kb, dv padded to whole packets): the value block packed
+  Scalar* S = scratch + parts.scores;   // (rows, kb) of one head, or (group * rows, kb) for few rows: scores, weights
   // Row r's online-softmax step on the scores at S + at * n; whether it sees a key of the block.
   const auto step = [&](Index r, Index at, Index k0, Index n) {
     const Index hh = r / rows, i = r % rows;
@@ -216,9 +242,9 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
   for (Index k0 = lo; k0 < hi; k0 += kb) {
     const Index n = std::min(kb, hi - k0);
     const Scalar* Vb = V.at(b, g, k0);  // (n, dv), rows V.row_stride apart
-    kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
     const bool safe = product_safe(k0, n, Vb);
     if (rows <= tuning::decode_queries) {
+      kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
       for (Index i = 0; i < rows; ++i)  // scores row hh * rows + i: the heads of query row i, lds rows * n
         kernel.rows_times_matrix(false, Q.at(b, h0, q0 + i), d, group, d, Kt, n, n, false, nullptr, S + i * n,
                                  rows * n);
@@ -245,8 +271,11 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
       }
       continue;
     }
+    kernel.pack_panel(K.at(b, g, k0), 1, K.row_stride, d, n, Kt);  // K^T (d, n): entry (c, j) at K[j][c]
+    if (safe) kernel.pack_panel(Vb, V.row_stride, 1, n, dv, Vp);
     for (Index hh = 0; hh < group; ++hh) {
-      kernel.rows_times_matrix(false, Q.at(b, h0 + hh, q0), Q.row_stride, rows, d, Kt, n, n, false, nullptr, S, n);
+      kernel.packed_times_matrix(false, false, Q.at(b, h0 + hh, q0), Q.row_stride, rows, 0, d, n, Kt, d, n, nullptr, S,
+                                 n);
       bool any = false;
       for (Index i = 0; i < rows; ++i) {
         const bool seen = step(hh * rows + i, i, k0, n);
@@ -254,24 +283,11 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
       }
       if (!any) continue;
       if (safe)
-        kernel.rows_times_matrix(true, S, n, rows, n, Vb, V.row_stride, dv, false, nullptr, acc + hh * rows * dv, dv);
+        kernel.packed_times_matrix(true, false, S, n, rows, 0, n, dv, Vp, n, dv, nullptr, acc + hh * rows * dv, dv);
       else
         add_weighted_values(S, rows, n, Vb, acc + hh * rows * dv);
     }
   }
-}
-
-// Rows of a thread's scores in the forward pass: a block of one head's query rows, or the group's heads of a few.
-template <class Scalar>
-Index score_rows(const Call<Scalar>& call) {
-  return std::max(tuning::core_query_rows, call.group() * tuning::decode_queries);
-}
-
-// Scratch Scalars of one thread in the forward pass: K^T (d, kb), the scores (score_rows, kb), then acc, m and l.
-template <class Scalar>
-Index forward_scratch(const Call<Scalar>& call) {
-  const Index rows = std::min(tuning::core_query_rows, call.queries.length) * call.group();
-  return (call.queries.dim + score_rows(call)) * tuning::core_key_rows + rows * (call.values.dim + 2);
 }
 
 // out (batch, Q, H heads of dv) = attention; lse (batch, Q, H) contiguous, or null.
@@ -285,7 +301,8 @@ void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Bu
   const ForwardPlan plan = forward_plan(nq, nk);
   const Index qb = tuning::core_query_rows;
   const Index block_rows = std::min(qb, nq) * group;  // rows of one piece: the group's heads
-  buffers.reserve(forward_scratch(call), qb);
+  const ForwardScratch<Scalar> parts(call);
+  buffers.reserve(parts.size, qb);
   const Index piece_size = block_rows * (dv + 2);
   const Index pieces = B * G * plan.query_blocks * plan.spans;
   if (plan.split()) Buffers<Scalar>::grow(buffers.partial, core::partial_size(B, G, group, nq, nk, dv));
@@ -317,8 +334,7 @@ void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Bu
     const Index q0 = block * qb, rows = std::min(qb, nq - q0);
     Scalar* scratch = buffers.scratch[static_cast<std::size_t>(thread)].data();
     VisibleKeys* keys = buffers.rows[static_cast<std::size_t>(thread)].data();
-    Scalar* acc = plan.split() ? buffers.partial.data() + piece * piece_size
-                               : scratch + (call.queries.dim + score_rows(call)) * tuning::core_key_rows;
+    Scalar* acc = plan.split() ? buffers.partial.data() + piece * piece_size : scratch + parts.acc;
     Scalar* m = acc + group * rows * dv;
     Scalar* l = m + group * rows;
     std::fill(acc, acc + group * rows * dv, Scalar(0));

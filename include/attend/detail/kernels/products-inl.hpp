@@ -216,17 +216,25 @@ void transpose_into(const Scalar* A, Index lda, Index rows, Index cols, Scalar* 
 // Micro-panels of B's (steps, columns) panel, its entry (k, o) at B[k * ldb + o * column_stride], into `packed`:
 // each of packed_width columns but the last, which has the columns left rounded up to whole packets; each
 // (steps, its width), contiguous, zero past `columns`. Reads only B's first `columns` columns. A B stored by rows
-// (column_stride 1) is copied a row at a time, one stored by columns (ldb 1: W^T read from W) transposed through
-// registers (transpose_into); any other layout element by element, along the smaller stride (down the columns in
-// blocks of steps, so that the part of the micro-panel being written stays in L1).
+// (column_stride 1) is copied a row at a time in packets, one stored by columns (ldb 1: W^T read from W) transposed
+// through registers (transpose_into); any other layout element by element, along the smaller stride (down the
+// columns in blocks of steps, so that the part of the micro-panel being written stays in L1).
 template <class Scalar>
 void pack_panel(const Scalar* B, Index ldb, Index column_stride, Index steps, Index columns, Scalar* packed) {
   for (Index j0 = 0; j0 < columns; j0 += packed_width<Scalar>) {
     const Index present = std::min(packed_width<Scalar>, columns - j0);
     const Index width = micro_panel_width<Scalar>(present);
     const Scalar* B_j0 = B + j0 * column_stride;
-    if (column_stride == 1) {
-      for (Index k = 0; k < steps; ++k) std::copy(B_j0 + k * ldb, B_j0 + k * ldb + present, packed + k * width);
+    if (column_stride == 1) {  // in packets: a library call a row would cost about as much as the row's copy
+      using S = Simd<Scalar>;
+      constexpr Index P = S::size;
+      for (Index k = 0; k < steps; ++k) {
+        const Scalar* from = B_j0 + k * ldb;  // (present)
+        Scalar* to = packed + k * width;      // (width)
+        Index c = 0;
+        for (; c + P <= present; c += P) S::store(to + c, S::load(from + c));
+        if (c < present) S::store_first(to + c, S::load_first(from + c, present - c), present - c);
+      }
     } else if (ldb == 1) {
       transpose_into(B_j0, column_stride, present, steps, packed, width);
     } else if (column_stride < ldb) {
