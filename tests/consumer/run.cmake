@@ -31,7 +31,14 @@ elseif(MODE STREQUAL "find_package")
   run(${CMAKE_COMMAND} -S ${ATTEND_SOURCE_DIR} -B ${WORK_DIR}/attend-build -DCMAKE_CXX_COMPILER=${CXX}
       -DATTEND_BUILD_TESTS=OFF -DATTEND_BUILD_EXAMPLES=OFF -DATTEND_BUILD_BENCHMARKS=OFF)
   run(${CMAKE_COMMAND} --install ${WORK_DIR}/attend-build --prefix ${WORK_DIR}/prefix)
-  # The installed headers, used the second way: the kernels in a file of their own.
+  # attend_separate_kernels refuses a scalar type it has no kernels for, naming it.
+  execute_process(COMMAND ${CMAKE_COMMAND} -S ${consumer_source} -B ${WORK_DIR}/wrong -DCMAKE_CXX_COMPILER=${CXX}
+                  -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DWRONG_SCALAR=ON
+                  RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(result EQUAL 0 OR NOT err MATCHES "SCALARS takes float and double, got 'half'")
+    message(FATAL_ERROR "attend_separate_kernels(... SCALARS half) did not stop with its message:\n${out}\n${err}")
+  endif()
+  # The installed headers, used the second way: the float kernels in a file of their own.
   run(${CMAKE_COMMAND} -S ${consumer_source} -B ${WORK_DIR}/build -DCMAKE_CXX_COMPILER=${CXX}
       -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DSEPARATE_KERNELS=ON)
   require_build_type_warning()
