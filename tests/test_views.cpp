@@ -160,6 +160,10 @@ TEMPLATE_TEST_CASE("The out-parameter overloads write what the returning calls g
   attend::RNN<TestType> rnn(d, 4, init);
   attend::Conv1d<TestType> conv(d, 5, 3, true, init);
   attend::AttentionWorkspace<TestType> ws;
+  attend::GroupedQueryAttention<TestType> gqa(d, 4, 2, 0, true, TestType(0), init);
+  gqa.set_rotary(attend::RotaryEmbedding<TestType>(2));
+  gqa.eval();
+  typename attend::GroupedQueryAttention<TestType>::Workspace gqa_ws;
 
   for (const auto path : {attend::AttentionPath::direct, attend::AttentionPath::tiled}) {
     mha.set_path(path);
@@ -185,6 +189,13 @@ TEMPLATE_TEST_CASE("The out-parameter overloads write what the returning calls g
   CHECK(same_bits(y4, rnn.forward(X)));
   conv.forward(X, writable(y5));
   CHECK(same_bits(y5, conv.forward(X)));
+  for (const Mask& mask : {Mask::causal(), Mask(lens)}) {
+    out = buffer<TestType>(batch, steps, d);
+    gqa.forward(view(X), mask, gqa_ws, writable(out));  // twice: the second reuses the workspace's memory
+    gqa.forward(view(X), mask, gqa_ws, writable(out));
+    CHECK(same_bits(out, gqa.forward(X, mask)));
+    CHECK(same_bits(out, gqa(X, mask)));  // the training call, in evaluation mode: the same arithmetic
+  }
 }
 
 TEMPLATE_TEST_CASE("An out of another shape, or one that overlaps an input, is refused and left as it was", "[views]",
@@ -240,6 +251,10 @@ TEMPLATE_TEST_CASE("Attention with a workspace into the caller's buffer allocate
   attend::MultiHeadAttention<TestType> mha(d, d, d, d, 4, TestType(0), true, init);
   attend::DotProductAttention<TestType> dpa(TestType(0));
   attend::Linear<TestType> linear(d, d, true, init);
+  attend::GroupedQueryAttention<TestType> gqa(d, 4, 2, 0, true, TestType(0), init);
+  gqa.set_rotary(attend::RotaryEmbedding<TestType>(8));
+  gqa.eval();
+  typename attend::GroupedQueryAttention<TestType>::Workspace ws_gqa;
   std::vector<TestType> memory(static_cast<std::size_t>(batch * steps * d));
   TensorMap3<TestType> out(memory.data(), batch, steps, d);
   const ConstTensorMap3<TestType> in = view(X);
@@ -261,6 +276,7 @@ TEMPLATE_TEST_CASE("Attention with a workspace into the caller's buffer allocate
         }
         dpa.forward(in, in, in, lens, ws_dpa, out);
         linear.forward(in, out);
+        gqa.forward(in, causal, ws_gqa, out);
       };
       run();  // the warm-up call of this shape
       alloc_counter::reset();

@@ -17,7 +17,9 @@
 // operator()(X, cache, mask) decodes: X's steps take positions cache.size(), ..., their keys and values (after the
 // rotation) are appended to the cache, and they attend to everything it holds under the mask, aligned bottom-right;
 // it records nothing, drops nothing, and from the second call of a shape on (its out-parameter overload) allocates
-// nothing. A call that throws leaves the module and the cache as they were.
+// nothing. forward(X, mask, workspace, out) is the evaluation-mode call of whole sequences with its scratch in the
+// caller's Workspace, allocating nothing from the second call of a shape on. A call that throws leaves the module and
+// the cache as they were.
 #pragma once
 
 #include <attend/config.hpp>
@@ -34,6 +36,7 @@
 #include <attend/score_options.hpp>
 #include <attend/tensor.hpp>
 #include <optional>
+#include <utility>
 
 namespace attend {
 inline namespace ATTEND_ABI {
@@ -110,7 +113,7 @@ class GroupedQueryAttention : public Module, public detail::WithParameters<Group
     r.context.resize(X.dimension(0), X.dimension(1), num_heads_ * head_dim_);  // (batch, n, num_heads * head_dim)
     detail::attention_heads<Scalar>(heads(r.Q, num_heads_), heads(r.K, num_kv_heads_), heads(r.V, num_kv_heads_),
                                     r.mask, options_, r.dropout, &r.lse,
-                                    detail::heads_of_map<Scalar>(r.context, num_heads_), buffers_);
+                                    detail::heads_of_map<Scalar>(r.context, num_heads_), workspace_.buffers);
     Tensor3<Scalar> Y = project(W_o_, r.context);  // (batch, n, num_hiddens)
     record_ = std::move(r);
     return Y;
@@ -132,13 +135,21 @@ class GroupedQueryAttention : public Module, public detail::WithParameters<Group
         detail::heads_of_map<const Scalar>(r.context, num_heads_), r.lse.data(),
         detail::heads_of_map<const Scalar>(d_context, num_heads_), r.mask, options_, r.dropout,
         detail::heads_of_map<Scalar>(dQ, num_heads_), detail::heads_of_map<Scalar>(dK, num_kv_heads_),
-        detail::heads_of_map<Scalar>(dV, num_kv_heads_), buffers_);
+        detail::heads_of_map<Scalar>(dV, num_kv_heads_), workspace_.buffers);
     rotate(dQ, dK, 0, true);  // the rotation's gradient is the inverse rotation
     Tensor3<Scalar> dX = W_q_.backward_from(r.X, dQ);
     dX += W_k_.backward_from(r.X, dK);
     dX += W_v_.backward_from(r.X, dV);
     return dX;
   }
+
+  // The scratch of a call: the projections and the attention's buffers, kept between the calls that are given it so
+  // that a repeated shape allocates nothing. One per thread that calls the layer.
+  struct Workspace {
+    Tensor3<Scalar> Q, K, V;  // (batch, n, heads * head_dim), after the rotation
+    Tensor3<Scalar> context;  // (batch, n, num_heads * head_dim): the attention's output, W_o's input
+    detail::core::Buffers<Scalar> buffers;
+  };
 
   // Evaluation-mode output of whole sequences, recording nothing.
   template <class Input>
@@ -151,19 +162,24 @@ class GroupedQueryAttention : public Module, public detail::WithParameters<Group
   // The same into out (batch, n, num_hiddens): a Tensor3 of that shape or a TensorMap3.
   template <class Input, class Out>
   void forward(const Input& input, const Mask& mask, Out&& out) const {
+    Workspace workspace;
+    forward(input, mask, workspace, std::forward<Out>(out));
+  }
+  // The same with its scratch in workspace: from the second call of a shape on, allocates nothing.
+  template <class Input, class Out>
+  void forward(const Input& input, const Mask& mask, Workspace& workspace, Out&& out) const {
     const auto X = detail::input3<Scalar>(input);
     auto Y = detail::output3<Scalar>(out);
     constexpr const char* where = "GroupedQueryAttention::forward";
     check(X, mask, X.dimension(1), where);
     require_output(Y, X, where);
-    Tensor3<Scalar> Q = project(W_q_, X), K = project(W_k_, X), V = project(W_v_, X);
-    rotate(Q, K, 0, false);
-    Tensor3<Scalar> context(X.dimension(0), X.dimension(1), num_heads_ * head_dim_);
-    detail::core::Buffers<Scalar> buffers;
-    detail::attention_heads<Scalar>(heads(Q, num_heads_), heads(K, num_kv_heads_), heads(V, num_kv_heads_), mask,
-                                    options_, detail::AttentionDropout(), nullptr,
-                                    detail::heads_of_map<Scalar>(context, num_heads_), buffers);
-    project_into(W_o_, context, Y);
+    project_all(X, workspace);
+    rotate(workspace.Q, workspace.K, 0, false);
+    detail::attention_heads<Scalar>(heads(workspace.Q, num_heads_), heads(workspace.K, num_kv_heads_),
+                                    heads(workspace.V, num_kv_heads_), mask, options_, detail::AttentionDropout(),
+                                    nullptr, detail::heads_of_map<Scalar>(workspace.context, num_heads_),
+                                    workspace.buffers);
+    project_into(W_o_, workspace.context, Y);
   }
 
   // Decoding: X (batch, s, num_hiddens) at positions cache.size() .. cache.size() + s - 1 -> (batch, s, num_hiddens).
@@ -189,23 +205,17 @@ class GroupedQueryAttention : public Module, public detail::WithParameters<Group
     check(X, mask, cache.size() + steps, where);
     require_output(Y, X, where);
     const Index start = cache.size();
-    resize(step_.Q, batch, steps, num_heads_ * head_dim_);
-    resize(step_.K, batch, steps, num_kv_heads_ * head_dim_);
-    resize(step_.V, batch, steps, num_kv_heads_ * head_dim_);
-    resize(step_.context, batch, steps, num_heads_ * head_dim_);
-    project_into(W_q_, X, step_.Q);
-    project_into(W_k_, X, step_.K);
-    project_into(W_v_, X, step_.V);
-    rotate(step_.Q, step_.K, start, false);
+    project_all(X, workspace_);
+    rotate(workspace_.Q, workspace_.K, start, false);
     // The decoding spans' memory for the largest cache this one can become, so that growing it allocates nothing.
-    detail::core::Buffers<Scalar>::grow(
-        buffers_.partial, detail::core::partial_size(batch, num_kv_heads_, num_heads_ / num_kv_heads_, steps,
-                                                     cache.capacity(), head_dim_));
-    cache.append_rows(step_.K.data(), step_.V.data(), steps);
-    detail::attention_heads<Scalar>(heads(step_.Q, num_heads_), cache.keys(), cache.values(), mask, options_,
+    const Index largest = detail::core::partial_size(batch, num_kv_heads_, num_heads_ / num_kv_heads_, steps,
+                                                     cache.capacity(), head_dim_);
+    detail::core::Buffers<Scalar>::grow(workspace_.buffers.partial, largest);
+    cache.append_rows(workspace_.K.data(), workspace_.V.data(), steps);
+    detail::attention_heads<Scalar>(heads(workspace_.Q, num_heads_), cache.keys(), cache.values(), mask, options_,
                                     detail::AttentionDropout(), nullptr,
-                                    detail::heads_of_map<Scalar>(step_.context, num_heads_), buffers_);
-    project_into(W_o_, step_.context, Y);
+                                    detail::heads_of_map<Scalar>(workspace_.context, num_heads_), workspace_.buffers);
+    project_into(W_o_, workspace_.context, Y);
   }
 
  private:
@@ -219,10 +229,6 @@ class GroupedQueryAttention : public Module, public detail::WithParameters<Group
     Tensor3<Scalar> lse;      // (batch, n, num_heads)
     Mask mask;
     detail::AttentionDropout dropout;
-  };
-  // The cached call's projections, kept between calls so that a repeated shape allocates nothing.
-  struct Step {
-    Tensor3<Scalar> Q, K, V, context;
   };
 
   template <class Self, class Visit>
@@ -278,6 +284,18 @@ class GroupedQueryAttention : public Module, public detail::WithParameters<Group
     W.apply(Eigen::Map<const Matrix<Scalar>>(X.data(), rows, X.dimension(2)),
             Eigen::Map<Matrix<Scalar>>(Y.data(), rows, Y.dimension(2)));
   }
+  // workspace's Q, K and V = X's projections; its Q, K, V and context of X's batch and steps.
+  template <class Map>
+  void project_all(const Map& X, Workspace& workspace) const {
+    const Index batch = X.dimension(0), steps = X.dimension(1);
+    resize(workspace.Q, batch, steps, num_heads_ * head_dim_);
+    resize(workspace.K, batch, steps, num_kv_heads_ * head_dim_);
+    resize(workspace.V, batch, steps, num_kv_heads_ * head_dim_);
+    resize(workspace.context, batch, steps, num_heads_ * head_dim_);
+    project_into(W_q_, X, workspace.Q);
+    project_into(W_k_, X, workspace.K);
+    project_into(W_v_, X, workspace.V);
+  }
   template <class Map>
   static Tensor3<Scalar> project(const Linear<Scalar>& W, const Map& X) {
     Tensor3<Scalar> Y(X.dimension(0), X.dimension(1), W.out_features());  // (batch, n, out_features)
@@ -303,8 +321,7 @@ class GroupedQueryAttention : public Module, public detail::WithParameters<Group
   std::optional<RotaryEmbedding<Scalar>> rotary_;
   ScoreOptions<Scalar> options_;
   std::optional<Record> record_;  // the last operator() call's, for backward()
-  Step step_;
-  detail::core::Buffers<Scalar> buffers_;
+  Workspace workspace_;  // the scratch of the training call, backward() and the cached call
 };
 
 }  // namespace ATTEND_ABI
