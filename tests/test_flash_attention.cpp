@@ -449,8 +449,8 @@ TEMPLATE_TEST_CASE("both paths read heads through a view: grouped key/value head
   const Heads Qh = heads_of(Q, s.batch, s.num_queries, s.num_heads);
   const Heads grouped[2][2] = {
       {heads_of(K, s.batch, s.num_keys, kv_heads), heads_of(V, s.batch, s.num_keys, kv_heads)},
-      {Heads{K_cache.data(), K_cache.cols(), s.num_keys + spare, s.batch, s.num_keys, kv_heads, s.d},
-       Heads{V_cache.data(), V_cache.cols(), s.num_keys + spare, s.batch, s.num_keys, kv_heads, dv}}};
+      {Heads{K_cache.data(), K_cache.cols(), s.num_keys + spare, s.batch, s.num_keys, kv_heads, s.d, s.d},
+       Heads{V_cache.data(), V_cache.cols(), s.num_keys + spare, s.batch, s.num_keys, kv_heads, dv, dv}}};
 
   const Matrix<TestType> expected_direct = direct(repeated, s, mask);
   const Matrix<TestType> expected_flash = flash(repeated, s, mask, {8, 8});

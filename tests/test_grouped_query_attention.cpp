@@ -110,11 +110,14 @@ template <class Scalar>
 bool same_held(const KVCache<Scalar>& a, const KVCache<Scalar>& b) {
   if (a.size() != b.size() || a.batch() != b.batch() || a.width() != b.width()) return false;
   for (Index batch = 0; batch < a.batch(); ++batch)
-    for (Index t = 0; t < a.size(); ++t)
-      for (Index f = 0; f < a.width(); ++f)
-        if (a.key_storage()(batch, t, f) != b.key_storage()(batch, t, f) ||
-            a.value_storage()(batch, t, f) != b.value_storage()(batch, t, f))
-          return false;
+    for (Index g = 0; g < a.num_kv_heads(); ++g)
+      for (Index t = 0; t < a.size(); ++t)
+        for (Index i = 0; i < a.head_dim(); ++i) {
+          const Index row = g * a.capacity() + t;  // head g's step t
+          if (a.key_storage()(batch, row, i) != b.key_storage()(batch, row, i) ||
+              a.value_storage()(batch, row, i) != b.value_storage()(batch, row, i))
+            return false;
+        }
   return true;
 }
 

@@ -46,8 +46,9 @@ void require_holds(const KVCache<Scalar>& cache, const Tensor3<Scalar>& keys, co
   for (const auto* view : {&K, &V}) {
     REQUIRE(view->batch == batch);
     REQUIRE(view->length == cache.size());
-    REQUIRE(view->batch_rows == cache.capacity());
-    REQUIRE(view->row_stride == heads * dim);
+    REQUIRE(view->batch_rows == heads * cache.capacity());
+    REQUIRE(view->row_stride == dim);
+    REQUIRE(view->head_stride == cache.capacity() * dim);
     REQUIRE(view->count == heads);
     REQUIRE(view->dim == dim);
   }
@@ -57,9 +58,10 @@ void require_holds(const KVCache<Scalar>& cache, const Tensor3<Scalar>& keys, co
     for (Index h = 0; h < heads; ++h)
       for (Index t = 0; t < cache.size(); ++t) {
         CAPTURE(b, h, t);
-        // Step t of batch row b is row b * capacity + t of the storage.
-        REQUIRE(K.at(b, h, t) == cache.key_storage().data() + (b * cache.capacity() + t) * heads * dim + h * dim);
-        REQUIRE(V.at(b, h, t) == cache.value_storage().data() + (b * cache.capacity() + t) * heads * dim + h * dim);
+        // Step t of head h of batch row b is row (b * heads + h) * capacity + t of the storage.
+        const Index row = (b * heads + h) * cache.capacity() + t;
+        REQUIRE(K.at(b, h, t) == cache.key_storage().data() + row * dim);
+        REQUIRE(V.at(b, h, t) == cache.value_storage().data() + row * dim);
         for (Index i = 0; i < dim; ++i) {
           REQUIRE(K.at(b, h, t)[i] == keys(b, t, h * dim + i));
           REQUIRE(V.at(b, h, t)[i] == values(b, t, h * dim + i));
@@ -89,8 +91,8 @@ TEMPLATE_TEST_CASE("KVCache reserves its storage once and starts empty", "[kv_ca
   CHECK(cache.width() == 12);
   for (const auto* storage : {&cache.key_storage(), &cache.value_storage()}) {
     CHECK(storage->dimension(0) == 2);
-    CHECK(storage->dimension(1) == 10);
-    CHECK(storage->dimension(2) == 12);
+    CHECK(storage->dimension(1) == 3 * 10);  // num_kv_heads * capacity
+    CHECK(storage->dimension(2) == 4);
   }
   CHECK(cache.keys().length == 0);
   CHECK(cache.values().length == 0);

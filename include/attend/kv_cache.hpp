@@ -1,10 +1,13 @@
 // attend/kv_cache.hpp — one attention layer's keys and values so far, for decoding one step (or a few) at a time.
 //
-// The memory is reserved once, at construction: keys and values are each (batch, capacity, num_kv_heads * head_dim),
-// row-major, step t of batch row b at row b * capacity + t. The first size() steps of every batch row are in use;
-// attention reads them in place (detail::Heads with batch_rows = capacity), so appending a step copies only that
-// step. GroupedQueryAttention's cached call appends its keys and values (after the rotary embedding) and attends to
-// everything held; a program may also fill a cache itself with append() and pass it to scaled_dot_product_attention.
+// The memory is reserved once, at construction: keys and values are each (batch, num_kv_heads * capacity, head_dim),
+// row-major, step t of head g of batch row b at row g * capacity + t of batch row b: each head's steps one after
+// another, so that attention reads a block of a head's keys or values as one contiguous run (a decoding step streams
+// the cache; with the heads side by side in each step it would read short pieces a row apart). The first size()
+// steps of every head are in use; attention reads them in place (detail::Heads with head_stride = capacity *
+// head_dim), so appending a step copies only that step. GroupedQueryAttention's cached call appends its keys and
+// values (after the rotary embedding) and attends to everything held; a program may also fill a cache itself with
+// append() and pass it to scaled_dot_product_attention.
 //
 //   attend::KVCache<float> cache(1, 2, 64, 4096);   // batch 1, 2 key/value heads of 64, room for 4096 steps
 //   auto y = attention(prompt, cache);              // the prompt's steps, positions 0 .. n-1
@@ -28,8 +31,8 @@ class KVCache {
     detail::require_at_least(num_kv_heads, 1, "KVCache", "num_kv_heads");
     detail::require_at_least(head_dim, 1, "KVCache", "head_dim");
     detail::require_at_least(capacity, 1, "KVCache", "capacity");
-    keys_.resize(batch, capacity, num_kv_heads * head_dim);    // (batch, capacity, num_kv_heads * head_dim)
-    values_.resize(batch, capacity, num_kv_heads * head_dim);  // (batch, capacity, num_kv_heads * head_dim)
+    keys_.resize(batch, num_kv_heads * capacity, head_dim);    // (batch, num_kv_heads * capacity, head_dim)
+    values_.resize(batch, num_kv_heads * capacity, head_dim);  // (batch, num_kv_heads * capacity, head_dim)
   }
 
   Index size() const { return size_; }  // steps held, the same for every batch row
@@ -64,31 +67,36 @@ class KVCache {
     append_rows(keys.data(), values.data(), steps);
   }
 
-  // Appends steps from (batch, steps, width()) row-major memory, checked by the caller.
+  // Appends steps from (batch, steps, width()) row-major memory, checked by the caller: step s's head g to row
+  // g * capacity + size() + s of its batch row.
   void append_rows(const Scalar* keys, const Scalar* values, Index steps) {
-    const Index n = steps * width();
-    for (Index b = 0; b < batch_; ++b) {
-      std::copy(keys + b * n, keys + (b + 1) * n, keys_.data() + (b * capacity_ + size_) * width());
-      std::copy(values + b * n, values + (b + 1) * n, values_.data() + (b * capacity_ + size_) * width());
-    }
+    for (Index b = 0; b < batch_; ++b)
+      for (Index s = 0; s < steps; ++s)
+        for (Index g = 0; g < heads_; ++g) {
+          const Index from = (b * steps + s) * width() + g * dim_;
+          const Index to = ((b * heads_ + g) * capacity_ + size_ + s) * dim_;
+          std::copy(keys + from, keys + from + dim_, keys_.data() + to);
+          std::copy(values + from, values + from + dim_, values_.data() + to);
+        }
     size_ += steps;
   }
 
   // The steps held, read in place: (batch, size(), num_kv_heads heads of head_dim).
   detail::Heads<const Scalar> keys() const { return view(keys_.data()); }
   detail::Heads<const Scalar> values() const { return view(values_.data()); }
-  // The whole storage, (batch, capacity, num_kv_heads * head_dim): rows [0, size()) of each batch row are in use.
+  // The whole storage, (batch, num_kv_heads * capacity, head_dim): head g's steps [0, size()) at rows g * capacity ..
+  // of each batch row are in use.
   const Tensor3<Scalar>& key_storage() const { return keys_; }
   const Tensor3<Scalar>& value_storage() const { return values_; }
 
  private:
   detail::Heads<const Scalar> view(const Scalar* data) const {
-    return {data, width(), capacity_, batch_, size_, heads_, dim_};
+    return {data, dim_, heads_ * capacity_, batch_, size_, heads_, dim_, capacity_ * dim_};
   }
 
   Index batch_, heads_, dim_, capacity_;
   Index size_ = 0;
-  Tensor3<Scalar> keys_, values_;  // (batch, capacity, num_kv_heads * head_dim) each
+  Tensor3<Scalar> keys_, values_;  // (batch, num_kv_heads * capacity, head_dim) each
 };
 
 }  // namespace ATTEND_ABI

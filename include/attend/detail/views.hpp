@@ -152,9 +152,8 @@ void require_out(const TensorMap3<Scalar>& out, const std::array<Index, 3>& expe
 // The heads of a (batch, steps, count * dim) map, count heads; dim from the width.
 template <class Element, class Map>
 Heads<Element> heads_of_map(Map&& X, Index count) {
-  const Index width = X.dimension(2);
-  return Heads<Element>{
-      X.data(), width, X.dimension(1), X.dimension(0), X.dimension(1), count, count > 0 ? width / count : 0};
+  const Index width = X.dimension(2), dim = count > 0 ? width / count : 0;
+  return Heads<Element>{X.data(), width, X.dimension(1), X.dimension(0), X.dimension(1), count, dim, dim};
 }
 
 }  // namespace detail

@@ -194,8 +194,8 @@ struct ForwardScratch {
 // rows' visible keys.
 //
 // Each block of keys is copied once, for all the group's heads. At most decode_queries rows (decoding, or a few
-// queries checked at once): the block is transposed, and the group's query heads, which lie side by side in each
-// query row, dim apart, are the rows of one product with it per query row, and all the group's weights times the
+// queries checked at once): the block is transposed, and the group's query heads, which lie head_stride apart in
+// each query row, are the rows of one product with it per query row, and all the group's weights times the
 // block's values one product: the block of keys and values is read once for the whole group. More rows: the blocks of
 // keys (as K^T) and of values are packed into the row kernel's micro-panels once, and each head of the group in turn
 // multiplies over them (a product of that many rows would otherwise pack its operand itself, once per head).
@@ -246,8 +246,8 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
     if (rows <= tuning::decode_queries) {
       kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
       for (Index i = 0; i < rows; ++i)  // scores row hh * rows + i: the heads of query row i, lds rows * n
-        kernel.rows_times_matrix(false, Q.at(b, h0, q0 + i), d, group, d, Kt, n, n, false, nullptr, S + i * n,
-                                 rows * n);
+        kernel.rows_times_matrix(false, Q.at(b, h0, q0 + i), Q.head_stride, group, d, Kt, n, n, false, nullptr,
+                                 S + i * n, rows * n);
       bool every_head = true;
       for (Index hh = 0; hh < group; ++hh) {
         bool any = false;
