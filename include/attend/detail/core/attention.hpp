@@ -19,8 +19,8 @@
 // Backward (FlashAttention-2's rule, from O, lse and dO): D = rowsum(dO * O); on each tile P = exp(s - lse),
 // dS = P (dP - D) with dP = dO V^T (times the dropout factors), then the softcap's derivative 1 - tanh^2 and the
 // scale. Two passes keep every output owned by one piece: (b, g, key block) adds dK and dV over all the group's query
-// rows; (b, h, query block) adds dQ over its rows' visible keys, in blocks as the forward pass. Both recompute the
-// tile.
+// rows, each query block's tile cut to the block's keys that some of its rows see; (b, h, query block) adds dQ over
+// its rows' visible keys, in blocks as the forward pass. Both recompute the tile.
 //
 // A query that sees no key by the mask's structure: FullyMasked::zero gives a zero row, FullyMasked::uniform d2l's
 // mean of every value (weights 1 / num_keys, no gradient to Q or K, dO / num_keys to each value); lse is -inf.
@@ -386,18 +386,20 @@ void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Bu
       }
 }
 
-// The gradients of one tile: query rows q0 .. q0 + rows - 1 of head h against keys [k0, k0 + n). On return, P holds
-// the dropped weights P Z (for dV) and dS the gradient with respect to the products q.k (for dQ and dK); false when
-// no row of the tile has a weight.
+// The gradients of one tile: query rows q0 .. q0 + rows - 1 of head h against keys [k0, k0 + n), whose transposed
+// keys and values are the n columns of Kt (d rows) and Vt (dv rows) from their first, rows ldk apart. On return, P
+// holds the dropped weights P Z (for dV) and dS the gradient with respect to the products q.k (for dQ and dK); false
+// when no row of the tile has a weight.
 template <class Scalar>
 bool gradient_tile(const Call<Scalar>& call, const Kernels<Scalar>& kernel, const Heads<const Scalar>& dO,
                    const Scalar* lse, const Scalar* deltas, Index b, Index h, Index q0, Index rows, Index k0, Index n,
-                   const VisibleKeys* keys, const Scalar* Kt, const Scalar* Vt, Scalar* P, Scalar* dS, Scalar* T) {
+                   const VisibleKeys* keys, const Scalar* Kt, const Scalar* Vt, Index ldk, Scalar* P, Scalar* dS,
+                   Scalar* T) {
   const Heads<const Scalar>& Q = call.queries;
   const Index nq = Q.length, H = Q.count, dv = call.values.dim;
   constexpr Scalar none = -std::numeric_limits<Scalar>::infinity();
-  kernel.rows_times_matrix(false, Q.at(b, h, q0), Q.row_stride, rows, Q.dim, Kt, n, n, false, nullptr, P, n);
-  kernel.rows_times_matrix(false, dO.at(b, h, q0), dO.row_stride, rows, dv, Vt, n, n, false, nullptr, dS, n);
+  kernel.rows_times_matrix(false, Q.at(b, h, q0), Q.row_stride, rows, Q.dim, Kt, ldk, n, false, nullptr, P, n);
+  kernel.rows_times_matrix(false, dO.at(b, h, q0), dO.row_stride, rows, dv, Vt, ldk, n, false, nullptr, dS, n);
   bool any = false;
   for (Index i = 0; i < rows; ++i) {
     Scalar *p = P + i * n, *ds = dS + i * n, *t = T + i * n;
@@ -485,12 +487,16 @@ void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scal
         }
       }
       if (first >= k0 + n || last <= k0) continue;
+      // The block's keys that some row of the query block sees, [a0, a0 + m): the tile's columns.
+      const Index a0 = std::max(first, k0), m = std::min(last, k0 + n) - a0;
       for (Index hh = 0; hh < group; ++hh) {
         const Index h = g * group + hh;
-        if (!gradient_tile(call, kernel, dO, lse, deltas, b, h, q0, rows, k0, n, keys, Kt, Vt, P, dS, T)) continue;
-        kernel.transposed_times_matrix(true, P, n, n, rows, dO.at(b, h, q0), dO.row_stride, dv, nullptr,
-                                       dV.at(b, g, k0), dV.row_stride);
-        kernel.transposed_times_matrix(true, dS, n, n, rows, Q.at(b, h, q0), Q.row_stride, d, nullptr, dK.at(b, g, k0),
+        if (!gradient_tile(call, kernel, dO, lse, deltas, b, h, q0, rows, a0, m, keys, Kt + (a0 - k0), Vt + (a0 - k0),
+                           n, P, dS, T))
+          continue;
+        kernel.transposed_times_matrix(true, P, m, m, rows, dO.at(b, h, q0), dO.row_stride, dv, nullptr,
+                                       dV.at(b, g, a0), dV.row_stride);
+        kernel.transposed_times_matrix(true, dS, m, m, rows, Q.at(b, h, q0), Q.row_stride, d, nullptr, dK.at(b, g, a0),
                                        dK.row_stride);
       }
     }
@@ -508,7 +514,7 @@ void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scal
       const Index n = std::min(kb, last - k0);
       kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
       kernel.transpose_into(V.at(b, g, k0), V.row_stride, n, dv, Vt, n);
-      if (!gradient_tile(call, kernel, dO, lse, deltas, b, h, q0, rows, k0, n, keys, Kt, Vt, P, dS, T)) continue;
+      if (!gradient_tile(call, kernel, dO, lse, deltas, b, h, q0, rows, k0, n, keys, Kt, Vt, n, P, dS, T)) continue;
       kernel.rows_times_matrix(true, dS, n, rows, n, K.at(b, g, k0), K.row_stride, d, false, nullptr, dQ.at(b, h, q0),
                                dQ.row_stride);
     }
