@@ -122,14 +122,18 @@ inline ForwardPlan forward_plan(Index num_queries, Index num_keys) {
   return {blocks, std::max(num_keys, Index(1)), 1};
 }
 
+// Scalars of one forward piece's acc (rows, dv), m and l (rows), its rows the group's heads of a block of queries.
+inline Index piece_scalars(Index num_queries, Index group, Index value_dim) {
+  return std::min(tuning::core_query_rows, num_queries) * group * (value_dim + 2);
+}
+
 // Scalars of the decoding spans' partial results (acc, m and l of every row of every piece) for a call of these
 // sizes; 0 when the call does not split its keys.
 inline Index partial_size(Index batch, Index kv_heads, Index group, Index num_queries, Index num_keys,
                           Index value_dim) {
   const ForwardPlan plan = forward_plan(num_queries, num_keys);
   if (!plan.split()) return 0;
-  const Index rows = std::min(tuning::core_query_rows, num_queries) * group;
-  return batch * kv_heads * plan.query_blocks * plan.spans * rows * (value_dim + 2);
+  return batch * kv_heads * plan.query_blocks * plan.spans * piece_scalars(num_queries, group, value_dim);
 }
 
 // One row's step of the online softmax over a block of n keys from k0, its scores in row (only [lo, hi) count): the
@@ -181,11 +185,10 @@ struct ForwardScratch {
   Index values, scores, acc, size;
   explicit ForwardScratch(const Call<Scalar>& call) {
     const Index kb = tuning::core_key_rows, dv = call.values.dim;
-    const Index rows = std::min(tuning::core_query_rows, call.queries.length) * call.group();
     values = call.queries.dim * kb;
     scores = values + kb * padded_to_packets<Scalar>(dv);
     acc = scores + score_rows(call) * kb;
-    size = acc + rows * (dv + 2);
+    size = acc + piece_scalars(call.queries.length, call.group(), dv);
   }
 };
 
@@ -300,10 +303,9 @@ void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Bu
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // may throw: before any parallel region
   const ForwardPlan plan = forward_plan(nq, nk);
   const Index qb = tuning::core_query_rows;
-  const Index block_rows = std::min(qb, nq) * group;  // rows of one piece: the group's heads
   const ForwardScratch<Scalar> parts(call);
   buffers.reserve(parts.size, qb);
-  const Index piece_size = block_rows * (dv + 2);
+  const Index piece_size = piece_scalars(nq, group, dv);
   const Index pieces = B * G * plan.query_blocks * plan.spans;
   if (plan.split()) Buffers<Scalar>::grow(buffers.partial, core::partial_size(B, G, group, nq, nk, dv));
   constexpr Scalar none = -std::numeric_limits<Scalar>::infinity();
