@@ -19,10 +19,10 @@ namespace tuning {
 // this, so that one layout serves every level.
 constexpr std::size_t widest_packet_bytes = 64;
 
-// Work items the direct path's backward pass makes at least, when the shape allows, so that two to eight threads
-// have work when batch * heads is small: with fewer key/value heads than this, it takes them one at a time, each in
-// blocks of queries and then of keys. Chosen from the shape alone, so that the bits do not depend on the thread
-// count.
+// Work items a backward pass makes at least, when the shape allows, so that two to eight threads have work when
+// batch * heads is small: the direct path then takes one key/value head at a time, in blocks of queries and then of
+// keys, and the core splits each key/value head's key blocks between several pieces. Chosen from the shape alone, so
+// that the bits do not depend on the thread count.
 constexpr Eigen::Index backward_items = 8;
 
 // The attention core's tile (detail/core/): core_query_rows query rows of each head of a key/value group by
@@ -30,6 +30,9 @@ constexpr Eigen::Index backward_items = 8;
 // tile in float and a 32 KiB K^T block, inside L2 with the group's accumulators).
 constexpr Eigen::Index core_query_rows = 64;
 constexpr Eigen::Index core_key_rows = 128;
+// The core's backward pass packs K^T, V^T and K of core_backward_key_rows keys once and runs every query block
+// against them: a wide block makes that packing a small part of the products.
+constexpr Eigen::Index core_backward_key_rows = 128;
 // Decoding: a call of at most decode_queries queries splits its keys into spans of decode_span keys, each a piece of
 // work of its own, merged by their log-sum-exp in key order (flash-decoding), when it has at least two spans. A
 // multiple of core_key_rows; fixed, so that the split, and the bits, do not depend on the thread count.

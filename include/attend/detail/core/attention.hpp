@@ -18,9 +18,9 @@
 //
 // Backward (FlashAttention-2's rule, from O, lse and dO): D = rowsum(dO * O); on each tile P = exp(s - lse),
 // dS = P (dP - D) with dP = dO V^T (times the dropout factors), then the softcap's derivative 1 - tanh^2 and the
-// scale. Two passes keep every output owned by one piece: (b, g, key block) adds dK and dV over all the group's query
-// rows, each query block's tile cut to the block's keys that some of its rows see; (b, h, query block) adds dQ over
-// its rows' visible keys, in blocks as the forward pass. Both recompute the tile.
+// scale; dV += (P Z)^T dO, dK += dS^T Q, dQ += dS K. One pass over the key blocks: the piece (b, g, split) owns the
+// dK and dV rows of every splits-th key block of its key/value head, and adds into its split's own dQ; the splits'
+// dQ are summed in split order at the end, so the bits depend on the shape alone.
 //
 // A query that sees no key by the mask's structure: FullyMasked::zero gives a zero row, FullyMasked::uniform d2l's
 // mean of every value (weights 1 / num_keys, no gradient to Q or K, dO / num_keys to each value); lse is -inf.
@@ -73,6 +73,7 @@ struct Buffers {
   std::vector<std::vector<VisibleKeys>> rows;  // one per thread: the visible keys of a block's query rows
   Vector<Scalar> partial;                      // the decoding spans' acc, m and l
   Vector<Scalar> deltas;                       // the backward pass's D, (batch, Q, H)
+  Vector<Scalar> partial_dq;                   // the backward pass's dQ of splits 1, 2, ...
   PacketBuffer<Scalar> keys_packed;            // K^T of every key block, packed once for all its query blocks
   PacketBuffer<Scalar> values_packed;          // the values of every key block, likewise
 
@@ -276,16 +277,15 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, const 
     return every_key_seen || all_finite(Eigen::Map<const Matrix<Scalar>, 0, Eigen::OuterStride<>>(
                                  Vb, n, dv, Eigen::OuterStride<>(V.row_stride)));
   };
-  // acc rows += P rows times the block's values, each weight that is not 0 alone: where product_safe is false.
+  // acc rows += P rows times the block's values, each weight that is not 0 alone: where product_safe is false. One
+  // multiply-add of the row kernel per key: the chain of the whole product less the keys of weight 0, so a row that
+  // does not see a NaN value gets the bits it has without it.
   const auto add_weighted_values = [&](const Scalar* P, Index count, Index n, const Scalar* Vb, Scalar* out) {
     for (Index r = 0; r < count; ++r)
-      for (Index j = 0; j < n; ++j) {
-        const Scalar w = P[r * n + j];
-        if (w == Scalar(0)) continue;
-        const Scalar* v = Vb + j * V.row_stride;
-        Scalar* o = out + r * dv;
-        for (Index c = 0; c < dv; ++c) o[c] += w * v[c];
-      }
+      for (Index j = 0; j < n; ++j)
+        if (P[r * n + j] != Scalar(0))
+          kernel.rows_times_matrix(true, P + r * n + j, 1, 1, 1, Vb + j * V.row_stride, V.row_stride, dv, false,
+                                   nullptr, out + r * dv, dv);
   };
   // The group's heads in turn over the n keys from k0, whose K^T is packed (d rows, the first n of `stored`
   // columns) and their values (depth rows, the keys' from row first); safe: product_safe's answer.
@@ -462,20 +462,24 @@ void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Bu
       }
 }
 
-// The gradients of one tile: query rows q0 .. q0 + rows - 1 of head h against keys [k0, k0 + n), whose transposed
-// keys and values are the n columns of Kt (d rows) and Vt (dv rows) from their first, rows ldk apart. On return, P
-// holds the dropped weights P Z (for dV) and dS the gradient with respect to the products q.k (for dQ and dK); false
-// when no row of the tile has a weight.
+// The gradients of one tile: query rows q0 .. q0 + rows - 1 of head h against the n keys from k0, whose K^T and V^T
+// are the first n columns of packed panels (depth d and dv, `stored` columns). Qs (rows, d): the rows' queries, times
+// the scale when the rule is the scale alone (scale_only), then dS is left unscaled for dQ. On return, P (rows, n)
+// holds the dropped weights P Z (for dV) and dS (rows, n) the gradient with respect to the products Qs.k (for dQ and
+// dK), both 0 on a key the row does not see; false when no row of the tile has a weight. T: (rows, n) scratch for the
+// softcap.
 template <class Scalar>
 bool gradient_tile(const Call<Scalar>& call, const Kernels<Scalar>& kernel, const Heads<const Scalar>& dO,
                    const Scalar* lse, const Scalar* deltas, Index b, Index h, Index q0, Index rows, Index k0, Index n,
-                   const VisibleKeys* keys, const Scalar* Kt, const Scalar* Vt, Index ldk, Scalar* P, Scalar* dS,
-                   Scalar* T) {
+                   const VisibleKeys* keys, const Scalar* Qs, const Scalar* KT, const Scalar* VT, Index stored,
+                   Scalar* P, Scalar* dS, Scalar* T) {
   const Heads<const Scalar>& Q = call.queries;
   const Index nq = Q.length, H = Q.count, dv = call.values.dim;
+  const bool scaled = call.rule.scale_only();
   constexpr Scalar none = -std::numeric_limits<Scalar>::infinity();
-  kernel.rows_times_matrix(false, Q.at(b, h, q0), Q.row_stride, rows, Q.dim, Kt, ldk, n, false, nullptr, P, n);
-  kernel.rows_times_matrix(false, dO.at(b, h, q0), dO.row_stride, rows, dv, Vt, ldk, n, false, nullptr, dS, n);
+  kernel.packed_times_matrix(false, false, Qs, Q.dim, rows, 0, Q.dim, n, KT, Q.dim, stored, nullptr, P, n);
+  kernel.packed_times_matrix(false, false, dO.at(b, h, q0), dO.row_stride, rows, 0, dv, n, VT, dv, stored, nullptr, dS,
+                             n);
   bool any = false;
   for (Index i = 0; i < rows; ++i) {
     Scalar *p = P + i * n, *ds = dS + i * n, *t = T + i * n;
@@ -488,7 +492,10 @@ bool gradient_tile(const Call<Scalar>& call, const Kernels<Scalar>& kernel, cons
       continue;
     }
     any = true;
-    call.rule.apply(p, n, k0, a, z, keys[i], b, h, q, call.rule.has_softcap() ? t : nullptr);
+    if (scaled)
+      ScoreRule<Scalar>::hide(p, n, k0, a, z, keys[i]);
+    else
+      call.rule.apply(p, n, k0, a, z, keys[i], b, h, q, call.rule.has_softcap() ? t : nullptr);
     kernel.exp_shifted(p + a, z - a, row_lse);
     std::fill(p, p + a, Scalar(0));
     std::fill(p + z, p + n, Scalar(0));
@@ -496,13 +503,31 @@ bool gradient_tile(const Call<Scalar>& call, const Kernels<Scalar>& kernel, cons
     kernel.softmax_gradient_row(p, ds, n, deltas[(b * nq + q) * H + h]);
     if (call.rule.has_softcap())
       for (Index j = a; j < z; ++j) ds[j] *= Scalar(1) - t[j] * t[j];
-    for (Index j = a; j < z; ++j) ds[j] *= call.rule.scale;
+    if (!scaled)
+      for (Index j = a; j < z; ++j) ds[j] *= call.rule.scale;
     if (call.dropout.active()) call.dropout.apply(p, n, b * H + h, q, k0);
   }
   return any;
 }
 
+// How the backward pass splits a call: key block t of each (batch row, key/value head) belongs to split t mod splits,
+// one piece of work per (b, g, split); splits from the shape alone (at least backward_items pieces when the blocks
+// allow), so that the bits do not depend on the thread count.
+struct BackwardPlan {
+  Index key_blocks, splits;
+};
+
+inline BackwardPlan backward_plan(Index batch, Index kv_heads, Index num_keys) {
+  const Index kb = tuning::core_backward_key_rows, blocks = (num_keys + kb - 1) / kb, pairs = batch * kv_heads;
+  return {blocks, std::min(blocks, std::max(Index(1), (tuning::backward_items + pairs - 1) / std::max(pairs, Index(1))))};
+}
+
 // dQ, dK, dV (as Q, K, V) of the attention whose output O and lse (batch, Q, H) the forward pass gave, from dO.
+//
+// One pass: the piece (b, g, split) packs each of its key blocks' K^T, V^T and K once and runs every query block that
+// sees one of the block's keys, for each head of the group, against it; it owns the block's rows of dK and dV, and
+// adds dS K into its split's own dQ (split 0 into dQ, split s > 0 into buffers.partial_dq), summed in split order at
+// the end.
 template <class Scalar>
 void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scalar* lse, const Heads<const Scalar>& dO,
               const Heads<Scalar>& dQ, const Heads<Scalar>& dK, const Heads<Scalar>& dV, Buffers<Scalar>& buffers) {
@@ -520,7 +545,7 @@ void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scal
   }
   if (B == 0 || nq == 0 || nk == 0 || H == 0) return;
   const Kernels<Scalar>& kernel = kernels<Scalar>();
-  const Index qb = tuning::core_query_rows, kb = tuning::core_key_rows;
+  const Index qb = tuning::core_query_rows, kb = tuning::core_backward_key_rows;
   const Mask& mask = *call.mask;
   const bool uniform = mask.fully_masked() == FullyMasked::uniform;
   Buffers<Scalar>::grow(buffers.deltas, B * nq * H);
@@ -533,70 +558,103 @@ void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scal
         for (Index c = 0; c < dv; ++c) D += o[c] * g[c];
         deltas[(b * nq + q) * H + h] = D;
       }
-  buffers.reserve((d + dv) * kb + 3 * qb * kb, qb);
-  const Index query_blocks = (nq + qb - 1) / qb, key_blocks = (nk + kb - 1) / kb;
-  const double work = static_cast<double>(B) * H * nq * nk * (d + dv);
+  // One thread's scratch: K^T (d, kb padded), V^T (dv, kb padded), K (kb, d padded), then P, dS and T (qb, kb), then
+  // the key block's dK (kb, d) and dV (kb, dv) and a query block's Qs (qb, d), contiguous whatever the strides of the
+  // heads views.
+  const Index kt_size = d * padded_to_packets<Scalar>(kb), vt_size = dv * padded_to_packets<Scalar>(kb);
+  const Index k_size = kb * padded_to_packets<Scalar>(d), tile = qb * kb;
+  buffers.reserve(kt_size + vt_size + k_size + 3 * tile + kb * (d + dv) + qb * d, qb);
+  // Scale-only rules multiply Q by the scale once per tile (gradient_tile's Qs); dQ takes the scale at the end.
+  const Scalar query_scale = call.rule.scale_only() ? call.rule.scale : Scalar(1);
+  const BackwardPlan plan = backward_plan(B, G, nk);
+  const Index query_blocks = (nq + qb - 1) / qb;
+  Buffers<Scalar>::grow(buffers.partial_dq, (plan.splits - 1) * B * H * nq * d);
+  Scalar* partial_dq = buffers.partial_dq.data();  // (splits - 1, batch, H, Q, d)
+  if (plan.splits > 1) std::fill(partial_dq, partial_dq + (plan.splits - 1) * B * H * nq * d, Scalar(0));
+  const double work = static_cast<double>(B) * H * nq * nk * (3 * d + 2 * dv);
 
-  // dK and dV: (b, g, key block).
-  parallel_for(B * G * key_blocks, 1.5 * work, [&](Index piece, int thread) {
-    const Index block = piece % key_blocks, g = piece / key_blocks % G, b = piece / key_blocks / G;
-    const Index k0 = block * kb, n = std::min(kb, nk - k0);
+  parallel_for(B * G * plan.splits, work, [&](Index piece, int thread) {
+    const Index split = piece % plan.splits, g = piece / plan.splits % G, b = piece / plan.splits / G;
     Scalar* scratch = buffers.scratch[static_cast<std::size_t>(thread)].data();
-    Scalar *Kt = scratch, *Vt = Kt + d * kb, *P = Vt + dv * kb, *dS = P + qb * kb, *T = dS + qb * kb;
+    Scalar *KT = scratch, *VT = KT + kt_size, *Kp = VT + vt_size, *P = Kp + k_size, *dS = P + tile, *T = dS + tile;
+    Scalar *dKb = T + tile, *dVb = dKb + kb * d, *Qs = dVb + kb * dv;
     VisibleKeys* keys = buffers.rows[static_cast<std::size_t>(thread)].data();
-    kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
-    kernel.transpose_into(V.at(b, g, k0), V.row_stride, n, dv, Vt, n);
-    for (Index qblock = 0; qblock < query_blocks; ++qblock) {
-      const Index q0 = qblock * qb, rows = std::min(qb, nq - q0);
-      const auto [first, last] = block_visible(mask, b, q0, rows, nq, nk, keys);
-      if (uniform) {  // d2l's uniform rows: dV += w dO on every key, w = 1 / num_keys (dropped as the forward pass)
-        const Scalar share = Scalar(1) / static_cast<Scalar>(nk);
-        for (Index i = 0; i < rows; ++i) {
-          if (!keys[i].none()) continue;
-          for (Index hh = 0; hh < group; ++hh) {
-            const Index h = g * group + hh;
-            const Scalar* g_row = dO.at(b, h, q0 + i);
-            for (Index j = 0; j < n; ++j) {
-              Scalar w = share;
-              if (call.dropout.active()) call.dropout.apply(&w, 1, b * H + h, q0 + i, k0 + j);
-              Scalar* v = dV.at(b, g, k0 + j);
-              for (Index c = 0; c < dv; ++c) v[c] += w * g_row[c];
+    // Where head h's rows from q0 add dS K: dQ, or this split's partial dQ; and their stride.
+    const auto dq_rows = [&](Index h, Index q0) -> std::pair<Scalar*, Index> {
+      if (split == 0) return {dQ.at(b, h, q0), dQ.row_stride};
+      return {partial_dq + (((split - 1) * B + b) * H + h) * nq * d + q0 * d, d};
+    };
+    for (Index t = split; t < plan.key_blocks; t += plan.splits) {
+      const Index k0 = t * kb, n = std::min(kb, nk - k0);
+      kernel.pack_panel(K.at(b, g, k0), 1, K.row_stride, d, n, KT);   // K^T (d, n)
+      kernel.pack_panel(V.at(b, g, k0), 1, V.row_stride, dv, n, VT);  // V^T (dv, n)
+      kernel.pack_panel(K.at(b, g, k0), K.row_stride, 1, n, d, Kp);   // K (n, d)
+      std::fill(dKb, dKb + n * d, Scalar(0));
+      std::fill(dVb, dVb + n * dv, Scalar(0));
+      for (Index qblock = 0; qblock < query_blocks; ++qblock) {
+        const Index q0 = qblock * qb, rows = std::min(qb, nq - q0);
+        const auto [first, last] = block_visible(mask, b, q0, rows, nq, nk, keys);
+        if (uniform) {  // d2l's uniform rows: dV += w dO on every key, w = 1 / num_keys (dropped as the forward pass)
+          const Scalar share = Scalar(1) / static_cast<Scalar>(nk);
+          for (Index i = 0; i < rows; ++i) {
+            if (!keys[i].none()) continue;
+            for (Index hh = 0; hh < group; ++hh) {
+              const Index h = g * group + hh;
+              const Scalar* g_row = dO.at(b, h, q0 + i);
+              for (Index j = 0; j < n; ++j) {
+                Scalar w = share;
+                if (call.dropout.active()) call.dropout.apply(&w, 1, b * H + h, q0 + i, k0 + j);
+                Scalar* v = dVb + j * dv;
+                for (Index c = 0; c < dv; ++c) v[c] += w * g_row[c];
+              }
             }
           }
         }
+        if (first >= k0 + n || last <= k0) continue;
+        // The tile's columns: the block's keys from the micro-panel that holds the first one some row of the query
+        // block sees, to the last, [k0 + c0, k0 + c0 + m); dQ reads only K's rows from that first key, [a0, end), so
+        // a key no row sees never meets a product.
+        const Index a0 = std::max(first, k0) - k0, end = std::min(last, k0 + n) - k0;
+        const Index c0 = kernel.micro_panel_start(a0), m = end - c0;
+        for (Index hh = 0; hh < group; ++hh) {
+          const Index h = g * group + hh;
+          for (Index i = 0; i < rows; ++i) {
+            const Scalar* q = Q.at(b, h, q0 + i);
+            for (Index c = 0; c < d; ++c) Qs[i * d + c] = query_scale * q[c];
+          }
+          if (!gradient_tile(call, kernel, dO, lse, deltas, b, h, q0, rows, k0 + c0, m, keys, Qs, KT + c0 * d,
+                             VT + c0 * dv, n - c0, P, dS, T))
+            continue;
+          kernel.transposed_times_matrix(true, P, m, m, rows, dO.at(b, h, q0), dO.row_stride, dv, nullptr,
+                                         dVb + c0 * dv, dv);
+          kernel.transposed_times_matrix(true, dS, m, m, rows, Qs, d, d, nullptr, dKb + c0 * d, d);
+          const auto [dq, ldq] = dq_rows(h, q0);
+          kernel.packed_times_matrix(true, false, dS + (a0 - c0), m, rows, a0, end - a0, d, Kp, n, d, nullptr, dq,
+                                     ldq);
+        }
       }
-      if (first >= k0 + n || last <= k0) continue;
-      // The block's keys that some row of the query block sees, [a0, a0 + m): the tile's columns.
-      const Index a0 = std::max(first, k0), m = std::min(last, k0 + n) - a0;
-      for (Index hh = 0; hh < group; ++hh) {
-        const Index h = g * group + hh;
-        if (!gradient_tile(call, kernel, dO, lse, deltas, b, h, q0, rows, a0, m, keys, Kt + (a0 - k0), Vt + (a0 - k0),
-                           n, P, dS, T))
-          continue;
-        kernel.transposed_times_matrix(true, P, m, m, rows, dO.at(b, h, q0), dO.row_stride, dv, nullptr,
-                                       dV.at(b, g, a0), dV.row_stride);
-        kernel.transposed_times_matrix(true, dS, m, m, rows, Q.at(b, h, q0), Q.row_stride, d, nullptr, dK.at(b, g, a0),
-                                       dK.row_stride);
+      for (Index j = 0; j < n; ++j) {
+        std::copy(dKb + j * d, dKb + (j + 1) * d, dK.at(b, g, k0 + j));
+        std::copy(dVb + j * dv, dVb + (j + 1) * dv, dV.at(b, g, k0 + j));
       }
     }
   });
-
-  // dQ: (b, h, query block).
-  parallel_for(B * H * query_blocks, work, [&](Index piece, int thread) {
-    const Index qblock = piece % query_blocks, h = piece / query_blocks % H, b = piece / query_blocks / H;
-    const Index g = h / group, q0 = qblock * qb, rows = std::min(qb, nq - q0);
-    Scalar* scratch = buffers.scratch[static_cast<std::size_t>(thread)].data();
-    Scalar *Kt = scratch, *Vt = Kt + d * kb, *P = Vt + dv * kb, *dS = P + qb * kb, *T = dS + qb * kb;
-    VisibleKeys* keys = buffers.rows[static_cast<std::size_t>(thread)].data();
-    const auto [first, last] = block_visible(mask, b, q0, rows, nq, nk, keys);
-    for (Index k0 = first; k0 < last; k0 += kb) {
-      const Index n = std::min(kb, last - k0);
-      kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
-      kernel.transpose_into(V.at(b, g, k0), V.row_stride, n, dv, Vt, n);
-      if (!gradient_tile(call, kernel, dO, lse, deltas, b, h, q0, rows, k0, n, keys, Kt, Vt, n, P, dS, T)) continue;
-      kernel.rows_times_matrix(true, dS, n, rows, n, K.at(b, g, k0), K.row_stride, d, false, nullptr, dQ.at(b, h, q0),
-                               dQ.row_stride);
+  if (plan.splits == 1 && query_scale == Scalar(1)) return;
+  // dQ = (dQ + the partial dQ of splits 1, 2, ..., in that order) times query_scale.
+  parallel_for(B * H, static_cast<double>(plan.splits) * B * H * nq * d, [&](Index pair, int) {
+    const Index b = pair / H, h = pair % H;
+    for (Index s = 1; s < plan.splits; ++s) {
+      const Scalar* part = partial_dq + (((s - 1) * B + b) * H + h) * nq * d;
+      for (Index q = 0; q < nq; ++q) {
+        Scalar* row = dQ.at(b, h, q);
+        for (Index c = 0; c < d; ++c) row[c] += part[q * d + c];
+      }
     }
+    if (query_scale != Scalar(1))
+      for (Index q = 0; q < nq; ++q) {
+        Scalar* row = dQ.at(b, h, q);
+        for (Index c = 0; c < d; ++c) row[c] *= query_scale;
+      }
   });
 }
 
