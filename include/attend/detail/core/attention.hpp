@@ -73,7 +73,6 @@ struct Buffers {
   std::vector<std::vector<VisibleKeys>> rows;  // one per thread: the visible keys of a block's query rows
   Vector<Scalar> partial;                      // the decoding spans' acc, m and l
   Vector<Scalar> deltas;                       // the backward pass's D, (batch, Q, H)
-  Vector<Scalar> partial_dq;                   // the backward pass's dQ of splits 1, 2, ...
   PacketBuffer<Scalar> keys_packed;            // K^T of every key block, packed once for all its query blocks
   PacketBuffer<Scalar> values_packed;          // the values of every key block, likewise
 
@@ -526,8 +525,8 @@ inline BackwardPlan backward_plan(Index batch, Index kv_heads, Index num_keys) {
 //
 // One pass: the piece (b, g, split) packs each of its key blocks' K^T, V^T and K once and runs every query block that
 // sees one of the block's keys, for each head of the group, against it; it owns the block's rows of dK and dV, and
-// adds dS K into its split's own dQ (split 0 into dQ, split s > 0 into buffers.partial_dq), summed in split order at
-// the end.
+// adds dS K into its split's own dQ (split 0 into dQ, split s > 0 into a partial dQ of its own), summed in split
+// order at the end.
 template <class Scalar>
 void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scalar* lse, const Heads<const Scalar>& dO,
               const Heads<Scalar>& dQ, const Heads<Scalar>& dK, const Heads<Scalar>& dV, Buffers<Scalar>& buffers) {
@@ -568,9 +567,10 @@ void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scal
   const Scalar query_scale = call.rule.scale_only() ? call.rule.scale : Scalar(1);
   const BackwardPlan plan = backward_plan(B, G, nk);
   const Index query_blocks = (nq + qb - 1) / qb;
-  Buffers<Scalar>::grow(buffers.partial_dq, (plan.splits - 1) * B * H * nq * d);
-  Scalar* partial_dq = buffers.partial_dq.data();  // (splits - 1, batch, H, Q, d)
-  if (plan.splits > 1) std::fill(partial_dq, partial_dq + (plan.splits - 1) * B * H * nq * d, Scalar(0));
+  // The dQ of splits 1, 2, ...: (splits - 1, batch, H, Q, d). Allocated per call, not kept in the buffers, where it
+  // would stay beside the next call's gradients (splits - 1 times Q's size).
+  Vector<Scalar> partial(Vector<Scalar>::Zero((plan.splits - 1) * B * H * nq * d));
+  Scalar* partial_dq = partial.data();
   const double work = static_cast<double>(B) * H * nq * nk * (3 * d + 2 * dv);
 
   parallel_for(B * G * plan.splits, work, [&](Index piece, int thread) {
