@@ -256,10 +256,11 @@ TEST_CASE("AdditiveAttention::backward agrees with finite differences, with drop
 
 // ---- the tiled path over many blocks, and threads ------------------------------------------------------------------
 
-// Longer than a few blocks of the tiled backward in both directions (tuning::flash_backward_*), with a last partial
-// block, so that every key block is dealt to a group and groups add partial dQ.
+// Longer than a few of the core's blocks in both directions (tuning::core_query_rows, core_key_rows), with a last
+// partial block, so that dK and dV add many query blocks and dQ many key blocks; a row that sees no key (valid length
+// 0: uniform weights, dropped) included.
 TEMPLATE_TEST_CASE("the tiled backward gives the direct path's gradients over many blocks, with dropout",
-                   "[gradients][multi_head][flash]", float, double) {
+                   "[gradients][multi_head][tiled]", float, double) {
   const Index n = 600;
   Tensor3<bool> keep(1, n, n);
   for (Index i = 0; i < keep.size(); ++i) keep.data()[i] = (i * 7919) % 5 != 0;

@@ -2,16 +2,17 @@
 //
 //   direct  the seed's computation: the (batch * heads, queries, keys) scores, a masked softmax over each row, then
 //           weights @ values. It keeps the weights (attention_weights()) and applies dropout to them in training.
-//   tiled   the online-softmax kernel of detail/flash_attention.hpp: blocks of keys streamed past blocks of queries,
+//   tiled   the attention core (detail/core/attention.hpp), which scaled_dot_product_attention and
+//           GroupedQueryAttention also run: blocks of keys streamed past blocks of queries with an online softmax,
 //           memory O(queries + keys) per thread instead of O(queries * keys), no weights formed; its backward pass
-//           recomputes them block by block (detail/flash_backward.hpp). Dropout draws the same mask on both paths
+//           recomputes them block by block from each row's log-sum-exp. Dropout draws the same mask on both paths
 //           (detail/attention_dropout.hpp).
 //   automatic (the default) tiled when the weights of the whole call would take more than direct_weights_budget
 //           bytes (a core's L2 cache here), in evaluation and training alike; direct otherwise. Small calls, the
 //           seed's among them, keep their weights; large ones neither store nor compute an n^2 tensor.
 //
 // After a call that took the tiled path, a module's attention_weights() throws std::logic_error (there are none);
-// set_path(AttentionPath::direct) keeps them at any size. Both paths agree to rounding (tests/test_flash_attention.cpp,
+// set_path(AttentionPath::direct) keeps them at any size. Both paths agree to rounding (tests/test_core_paths.cpp,
 // tests/test_attention_path.cpp): within 1e-5 relative in float and 1e-12 in double.
 #pragma once
 
@@ -42,7 +43,7 @@ namespace detail {
 // automatic's threshold: the bytes of one call's (batch * heads, queries, keys) weights (tuning.hpp).
 constexpr double direct_weights_budget = tuning::direct_path_bytes;
 
-// True when a call should run the tiled kernel. weights: the number of elements the direct path would form.
+// True when a call should take the tiled path. weights: the number of elements the direct path would form.
 template <class Scalar>
 bool takes_tiled_path(AttentionPath path, Index weights) {
   switch (path) {

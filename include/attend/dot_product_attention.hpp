@@ -19,7 +19,7 @@
 #include <attend/attention_path.hpp>
 #include <attend/detail/attention_backward.hpp>
 #include <attend/detail/attend_rows.hpp>
-#include <attend/detail/flash_attention.hpp>
+#include <attend/detail/core/attention.hpp>
 #include <attend/detail/heads.hpp>
 #include <attend/detail/modules/attention_path_module.hpp>
 #include <attend/mask.hpp>
@@ -142,9 +142,12 @@ class DotProductAttention : public detail::AttentionPathModule<DotProductAttenti
     const auto V = detail::heads_of(detail::as_matrix(values), batch, num_keys, 1);
     const auto out = detail::heads_of(detail::as_matrix(output), batch, num_queries, 1);
     if (tiled) {
-      Vector<Scalar>* lse = record != nullptr ? &record->lse : nullptr;
-      detail::flash_attention_heads<Scalar>(Q, K, V, mask, out, ws.tiles, detail::flash_blocks<Scalar>(), dropout,
-                                            lse);
+      Scalar* lse = nullptr;
+      if (record != nullptr) {
+        record->lse.resize(batch, num_queries, 1);  // (batch, q, 1 head)
+        lse = record->lse.data();
+      }
+      detail::core::forward(detail::core::scaled_call<Scalar>(Q, K, V, mask, dropout), out, lse, ws.core);
       if (record != nullptr) record->heads = detail::as_matrix(output);
     } else {
       detail::scaled_dot_product_heads<Scalar>(Q, K, V, mask, weights != nullptr ? *weights : ws.weights, out,

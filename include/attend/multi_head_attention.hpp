@@ -32,7 +32,7 @@
 #include <attend/attention_path.hpp>
 #include <attend/detail/attention_backward.hpp>
 #include <attend/detail/attend_rows.hpp>
-#include <attend/detail/flash_attention.hpp>
+#include <attend/detail/core/attention.hpp>
 #include <attend/detail/heads.hpp>
 #include <attend/detail/modules/attention_path_module.hpp>
 #include <attend/detail/project_rows.hpp>
@@ -189,8 +189,12 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
     const auto Vh = detail::heads_of(V, batch, num_keys, num_heads_);     // (batch, k) steps of h heads of d
     const auto out = detail::heads_of(ws.heads, batch, num_queries, num_heads_);
     if (tiled) {
-      detail::flash_attention_heads<Scalar>(Qh, Kh, Vh, mask, out, ws.tiles, detail::flash_blocks<Scalar>(), dropout,
-                                            record != nullptr ? &record->lse : nullptr);
+      Scalar* lse = nullptr;
+      if (record != nullptr) {
+        record->lse.resize(batch, num_queries, num_heads_);  // (batch, q, heads)
+        lse = record->lse.data();
+      }
+      detail::core::forward(detail::core::scaled_call<Scalar>(Qh, Kh, Vh, mask, dropout), out, lse, ws.core);
     } else {
       detail::scaled_dot_product_heads<Scalar>(Qh, Kh, Vh, mask, weights != nullptr ? *weights : ws.weights, out,
                                                dropout, &ws.direct);

@@ -10,7 +10,7 @@
 #include <attend/config.hpp>
 
 #include <attend/detail/attend_rows.hpp>
-#include <attend/detail/flash_attention.hpp>
+#include <attend/detail/core/attention.hpp>
 #include <attend/detail/transposed_weight.hpp>
 #include <attend/tensor.hpp>
 
@@ -24,7 +24,7 @@ struct AttentionWorkspace {
   Matrix<Scalar> Q, K, V;    // projections: (batch * q, hiddens), (batch * k, hiddens), (batch * k, hiddens)
   Matrix<Scalar> heads;      // (batch * q, hiddens): concatenated head outputs, before W_o
   Tensor3<Scalar> weights;   // (batch * heads, q, k): the direct path's weights, when the caller keeps none
-  detail::FlashBuffers<Scalar> tiles;  // the tiled kernel's: one workspace per thread, head-major copies of K and V
+  detail::core::Buffers<Scalar> core;  // the tiled path's (the attention core's): per thread scratch
   detail::DirectBuffers<Scalar> direct;  // the direct path's: packed copies of K and V, per thread dropped weights
   // W_q^T, W_k^T, W_v^T, W_o^T kept for small weights (detail/transposed_weight.hpp); each compared with its weight on
   // every call and rebuilt when the weight changed, so the workspace may move between modules.

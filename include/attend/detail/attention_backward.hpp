@@ -1,6 +1,6 @@
 // attend/detail/attention_backward.hpp — the backward pass of scaled_dot_product_heads (attend_rows.hpp), the
 // direct path: from the weights P its forward pass kept; and attention_heads_backward, which takes the path the
-// forward call took (the tiled one's: detail/flash_backward.hpp).
+// forward call took (the tiled one's: the attention core's, detail/core/attention.hpp).
 //
 // For query head h of batch row b, reading key/value head g = h / group, with scale = 1 / sqrt(d), F the dropout's
 // factors (0 or 1 / (1 - p); 1 without dropout; detail/attention_dropout.hpp) and dO the gradient of its output:
@@ -16,7 +16,7 @@
 
 #include <attend/config.hpp>
 #include <attend/detail/attention_dropout.hpp>
-#include <attend/detail/flash_backward.hpp>
+#include <attend/detail/core/attention.hpp>
 #include <attend/detail/heads.hpp>
 #include <attend/detail/kernels.hpp>
 #include <attend/detail/mask_row.hpp>
@@ -206,21 +206,22 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
 template <class Scalar>
 struct HeadsBackwardBuffers {
   std::vector<AttentionBackwardScratch<Scalar>> direct;  // one per thread, or one (scaled_dot_product_heads_backward)
-  FlashBackwardBuffers<Scalar> tiled;
+  core::Buffers<Scalar> tiled;                           // the attention core's
 };
 
 // The backward pass of either path: the direct one's when the forward call kept its weights (weights not null),
-// otherwise the tiled one's, from that call's output O and log-sum-exp lse. Arguments as the two above.
+// otherwise the attention core's, from that call's output O and log-sum-exp lse (batch, Q, heads). Arguments as
+// scaled_dot_product_heads_backward above.
 template <class Scalar>
 void attention_heads_backward(const Heads<const Scalar>& Q, const Heads<const Scalar>& K, const Heads<const Scalar>& V,
                               const Mask& mask, const AttentionDropout& dropout, const Tensor3<Scalar>* weights,
-                              const Heads<const Scalar>& O, const Vector<Scalar>& lse, const Heads<const Scalar>& dO,
+                              const Heads<const Scalar>& O, const Tensor3<Scalar>& lse, const Heads<const Scalar>& dO,
                               const Heads<Scalar>& dQ, const Heads<Scalar>& dK, const Heads<Scalar>& dV,
                               HeadsBackwardBuffers<Scalar>& buffers) {
   if (weights != nullptr) {
     scaled_dot_product_heads_backward<Scalar>(Q, K, V, mask, *weights, dropout, dO, dQ, dK, dV, buffers.direct);
   } else {
-    flash_attention_heads_backward<Scalar>(Q, K, V, mask, dropout, O, lse, dO, dQ, dK, dV, buffers.tiled);
+    core::backward(core::scaled_call<Scalar>(Q, K, V, mask, dropout), O, lse.data(), dO, dQ, dK, dV, buffers.tiled);
   }
 }
 

@@ -1,5 +1,5 @@
 // attend/detail/heads.hpp — attention heads side by side in the columns of a row-major matrix, as the projections
-// make them: the view both attention paths (attend_rows.hpp, flash_attention.hpp) read their queries, keys and
+// make them: the view both attention paths (attend_rows.hpp, core/attention.hpp) read their queries, keys and
 // values through and write their output through, so that no head is ever copied out (the layout transpose_qkv
 // would build).
 //

@@ -5,7 +5,7 @@
 // and included here three times: into namespace generic (Eigen's packets at the file's own flags), avx2 and avx512
 // (their Simd, the functions compiled for that instruction set by detail/target.hpp). kernels<Scalar>() hands out the
 // entry points of the level active_isa() chose (attend/isa.hpp), as a table of function pointers: the algorithms
-// that share work among threads (flash_attention.hpp, project_rows.hpp, ...) fetch the table once per call, before
+// that share work among threads (core/attention.hpp, project_rows.hpp, ...) fetch the table once per call, before
 // their parallel region, and call through it for each piece of work, so no code of a level the CPU lacks runs.
 //
 // Adding a level: a Simd of its own in detail/<level>/simd.hpp, a target macro in detail/target.hpp, a CPU check in
@@ -13,12 +13,9 @@
 #pragma once
 
 #include <attend/config.hpp>
-#include <attend/detail/attention_dropout.hpp>
 #include <attend/detail/avx2/simd.hpp>
 #include <attend/detail/avx512/few_rows_projection.hpp>
 #include <attend/detail/avx512/simd.hpp>
-#include <attend/detail/flash_workspace.hpp>
-#include <attend/detail/heads.hpp>
 #include <attend/detail/generic/simd.hpp>
 #include <attend/detail/mask_row.hpp>
 #include <attend/detail/packet_buffer.hpp>
@@ -41,7 +38,6 @@ namespace detail {
 namespace generic {
 #include <attend/detail/kernels/products-inl.hpp>
 #include <attend/detail/kernels/softmax-inl.hpp>
-#include <attend/detail/kernels/flash-inl.hpp>
 #include <attend/detail/kernels/heads-inl.hpp>
 }  // namespace generic
 }  // namespace detail
@@ -56,7 +52,6 @@ namespace detail {
 namespace avx2 {
 #include <attend/detail/kernels/products-inl.hpp>
 #include <attend/detail/kernels/softmax-inl.hpp>
-#include <attend/detail/kernels/flash-inl.hpp>
 #include <attend/detail/kernels/heads-inl.hpp>
 }  // namespace avx2
 }  // namespace detail
@@ -71,7 +66,6 @@ namespace detail {
 namespace avx512 {
 #include <attend/detail/kernels/products-inl.hpp>
 #include <attend/detail/kernels/softmax-inl.hpp>
-#include <attend/detail/kernels/flash-inl.hpp>
 #include <attend/detail/kernels/heads-inl.hpp>
 }  // namespace avx512
 }  // namespace detail
@@ -121,6 +115,9 @@ struct Kernels {
   void (*transpose_into)(const Scalar* A, Index lda, Index rows, Index cols, Scalar* B, Index ldb);
   Scalar (*row_max)(const Scalar* row, Index n);
   Scalar (*exp_shifted)(Scalar* row, Index n, Scalar m);
+  // the online softmax's step over a block of keys for a block of rows: online_softmax_rows
+  bool (*online_softmax_rows)(Scalar* S, Index rows, Index n, Index ld, Scalar scale, Scalar* m, Scalar* l, Scalar* acc,
+                              Index ldacc, Index dv);
   // dp = p (dp - D), 0 where p is 0: softmax_gradient_row
   void (*softmax_gradient_row)(const Scalar* p, Scalar* dp, Index n, Scalar D);
   // dx = (y (dy - s)) scale on the keys the row sees, 0 elsewhere, s = sum y dy over them: softmax_backward_row
@@ -130,9 +127,6 @@ struct Kernels {
   // rows q0 .. q0 + rows - 1 of a (num_queries, num_keys) matrix of scores: each times scale, then masked_softmax_row
   void (*masked_softmax_block)(Scalar* scores, Index rows, Index num_keys, Index stride, const Mask& mask, Index b,
                                Index q0, Index num_queries, Scalar scale);
-  void (*flash_attention_block)(const Heads<const Scalar>& Q, const HeadKeys<Scalar>& keys, Index b, Index h,
-                                Index q0, Index br, const Mask& mask, const Heads<Scalar>& output, FlashBlocks blocks,
-                                FlashWorkspace<Scalar>& ws, const AttentionDropout& dropout, Scalar* lse);
   void (*tiny_scores)(const Scalar* Q, Index ldq, const Scalar* K, Index ldk, Index num_queries, Index num_keys,
                       Index d, Scalar scale, Scalar* scores, Index lds);
   // For each of `count` projections, Y (rows <= tuning::few_rows, out) = X W^T + bias reading W (out, in) in place,
@@ -151,9 +145,10 @@ struct Kernels {
         &level::transposed_times_matrix_entry<Scalar>, &level::strided_times_matrix_entry<Scalar>,               \
         &level::correlate_rows<Scalar>, &level::pack_panel<Scalar>, &level::packed_times_matrix_entry<Scalar>,   \
         level::packed_width<Scalar>, &level::transpose_into<Scalar>, &level::row_max<Scalar>,                    \
-        &level::exp_shifted<Scalar>, &level::softmax_gradient_row<Scalar>, &level::softmax_backward_row<Scalar>, \
-        &level::masked_softmax_row<Scalar>, &level::masked_softmax_block<Scalar>,                                \
-        &level::flash_attention_block<Scalar>, &level::tiny_scores<Scalar>, few_rows                             \
+        &level::exp_shifted<Scalar>, &level::online_softmax_rows<Scalar>, &level::softmax_gradient_row<Scalar>,  \
+        &level::softmax_backward_row<Scalar>,                                                                    \
+        &level::masked_softmax_row<Scalar>, &level::masked_softmax_block<Scalar>, &level::tiny_scores<Scalar>,   \
+        few_rows                                                                                                 \
   }
 
 // The table of `isa` (which the CPU must be able to run).

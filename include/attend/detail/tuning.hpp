@@ -19,26 +19,10 @@ namespace tuning {
 // this, so that one layout serves every level.
 constexpr std::size_t widest_packet_bytes = 64;
 
-// The tiled kernel's tile, Br query rows by Bc keys: an S tile of 128 KiB, with the K^T and V blocks and the query
-// block about 320 KiB at heads of 64, inside L2 with room for the next block.
-template <class Scalar>
-constexpr Eigen::Index flash_query_rows = 128;
-template <class Scalar>
-constexpr Eigen::Index flash_key_rows = sizeof(Scalar) <= 4 ? 256 : 128;
-
-// The tiled backward pass's tile (detail/flash_backward.hpp): it keeps three (Br, Bc) tiles (P, its dropped copy, and
-// dP) and the key block's K^T, V^T and K packed, 384 KiB in float at heads of 64 (192 KiB in double), inside L2. Bc
-// is the inner dimension of dQ's product, and each query block is read once per key block: the wider, the fewer
-// passes (docs/PERFORMANCE.md, "Training", compares 128 and 256).
-template <class Scalar>
-constexpr Eigen::Index flash_backward_query_rows = 64;
-template <class Scalar>
-constexpr Eigen::Index flash_backward_key_rows = sizeof(Scalar) <= 4 ? 256 : 64;
-// Work items the backward passes make at least, when the shape allows, so that two to eight threads have work when
-// batch * heads is small: the tiled backward splits each key/value head's key blocks into enough groups (each adding
-// its own partial dQ, summed in a fixed order at the end); the direct one, with fewer key/value heads than this, takes
-// them one at a time, each in blocks of queries and then of keys. Chosen from the shape alone, so that the bits do
-// not depend on the thread count.
+// Work items a backward pass makes at least, when the shape allows, so that two to eight threads have work when
+// batch * heads is small: the direct path then takes one key/value head at a time, in blocks of queries and then of
+// keys, and the core splits each key/value head's key blocks between several pieces. Chosen from the shape alone, so
+// that the bits do not depend on the thread count.
 constexpr Eigen::Index backward_items = 8;
 
 // The attention core's tile (detail/core/): core_query_rows query rows of each head of a key/value group by
@@ -46,6 +30,9 @@ constexpr Eigen::Index backward_items = 8;
 // tile in float and a 32 KiB K^T block, inside L2 with the group's accumulators).
 constexpr Eigen::Index core_query_rows = 64;
 constexpr Eigen::Index core_key_rows = 128;
+// The core's backward pass packs K^T, V^T and K of core_backward_key_rows keys once and runs every query block
+// against them: a wide block makes that packing a small part of the products.
+constexpr Eigen::Index core_backward_key_rows = 128;
 // Decoding: a call of at most decode_queries queries splits its keys into spans of decode_span keys, each a piece of
 // work of its own, merged by their log-sum-exp in key order (flash-decoding), when it has at least two spans. A
 // multiple of core_key_rows; fixed, so that the split, and the bits, do not depend on the thread count.
@@ -53,7 +40,7 @@ constexpr Eigen::Index decode_queries = 8;
 constexpr Eigen::Index decode_span = 256;
 
 // The direct path while one call's weights take at most this (about one core's L2): AttentionPath::automatic takes
-// the tiled path above it, in evaluation and training mode alike.
+// the tiled path (the attention core, detail/core/) above it, in evaluation and training mode alike.
 constexpr double direct_path_bytes = 1 << 20;
 
 // The direct path's piece of work: a block of this many query rows of one head (its scores, softmax and weights times

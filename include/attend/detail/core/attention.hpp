@@ -18,9 +18,9 @@
 //
 // Backward (FlashAttention-2's rule, from O, lse and dO): D = rowsum(dO * O); on each tile P = exp(s - lse),
 // dS = P (dP - D) with dP = dO V^T (times the dropout factors), then the softcap's derivative 1 - tanh^2 and the
-// scale. Two passes keep every output owned by one piece: (b, g, key block) adds dK and dV over all the group's query
-// rows, each query block's tile cut to the block's keys that some of its rows see; (b, h, query block) adds dQ over
-// its rows' visible keys, in blocks as the forward pass. Both recompute the tile.
+// scale; dV += (P Z)^T dO, dK += dS^T Q, dQ += dS K. One pass over the key blocks: the piece (b, g, split) owns the
+// dK and dV rows of every splits-th key block of its key/value head, and adds into its split's own dQ; the splits'
+// dQ are summed in split order at the end, so the bits depend on the shape alone.
 //
 // A query that sees no key by the mask's structure: FullyMasked::zero gives a zero row, FullyMasked::uniform d2l's
 // mean of every value (weights 1 / num_keys, no gradient to Q or K, dO / num_keys to each value); lse is -inf.
@@ -32,6 +32,7 @@
 #include <attend/detail/core/score_rule.hpp>
 #include <attend/detail/heads.hpp>
 #include <attend/detail/kernels.hpp>
+#include <attend/detail/packet_buffer.hpp>
 #include <attend/detail/tuning.hpp>
 #include <attend/mask.hpp>
 #include <attend/tensor.hpp>
@@ -57,6 +58,14 @@ struct Call {
   Index group() const { return queries.count / keys.count; }
 };
 
+// The call of d2l's scaled dot-product attention, softmax(Q K^T / sqrt(d)) V under a mask, with no other score option:
+// what MultiHeadAttention's and DotProductAttention's tiled path run.
+template <class Scalar>
+Call<Scalar> scaled_call(const Heads<const Scalar>& Q, const Heads<const Scalar>& K, const Heads<const Scalar>& V,
+                         const Mask& mask, const AttentionDropout& dropout) {
+  return {Q, K, V, &mask, score_rule(ScoreOptions<Scalar>{}, Q.batch, Q.count, Q.length, K.length, Q.dim), dropout};
+}
+
 // Grow-only memory of the core: a repeated call of one shape allocates nothing.
 template <class Scalar>
 struct Buffers {
@@ -64,6 +73,8 @@ struct Buffers {
   std::vector<std::vector<VisibleKeys>> rows;  // one per thread: the visible keys of a block's query rows
   Vector<Scalar> partial;                      // the decoding spans' acc, m and l
   Vector<Scalar> deltas;                       // the backward pass's D, (batch, Q, H)
+  PacketBuffer<Scalar> keys_packed;            // K^T of every key block, packed once for all its query blocks
+  PacketBuffer<Scalar> values_packed;          // the values of every key block, likewise
 
   // Per thread: `size` Scalars and `rows` VisibleKeys.
   void reserve(Index size, Index rows_per_block) {
@@ -96,17 +107,29 @@ inline std::pair<Index, Index> block_visible(const Mask& mask, Index b, Index q0
   return {first, last};
 }
 
-// Row r of the output: d2l's mean of every value of head g in batch row b (a uniform fully masked row).
+// The output row of query q of head pair (b * H + h) that sees no key under FullyMasked::uniform: d2l's weights
+// 1 / num_keys on every value of key/value head g in batch row b, dropped as any weight is in training.
 template <class Scalar>
-void mean_of_values(const Heads<const Scalar>& values, Index b, Index g, Scalar* out) {
-  const Index dv = values.dim;
+void uniform_row(const Heads<const Scalar>& values, const AttentionDropout& dropout, Index b, Index g, Index pair,
+                 Index q, Scalar* out) {
+  const Index dv = values.dim, nk = values.length;
   std::fill(out, out + dv, Scalar(0));
-  for (Index j = 0; j < values.length; ++j) {
-    const Scalar* v = values.at(b, g, j);
-    for (Index c = 0; c < dv; ++c) out[c] += v[c];
+  if (nk == 0) return;
+  const Scalar share = Scalar(1) / static_cast<Scalar>(nk);
+  if (!dropout.active()) {  // the mean: a sum, then one product
+    for (Index j = 0; j < nk; ++j) {
+      const Scalar* v = values.at(b, g, j);
+      for (Index c = 0; c < dv; ++c) out[c] += v[c];
+    }
+    for (Index c = 0; c < dv; ++c) out[c] *= share;
+    return;
   }
-  const Scalar inverse = values.length > 0 ? Scalar(1) / static_cast<Scalar>(values.length) : Scalar(0);
-  for (Index c = 0; c < dv; ++c) out[c] *= inverse;
+  for (Index j = 0; j < nk; ++j) {
+    Scalar w = share;
+    dropout.apply(&w, 1, pair, q, j);
+    const Scalar* v = values.at(b, g, j);
+    for (Index c = 0; c < dv; ++c) out[c] += w * v[c];
+  }
 }
 
 // How the forward pass splits a call.
@@ -136,40 +159,61 @@ inline Index partial_size(Index batch, Index kv_heads, Index group, Index num_qu
   return batch * kv_heads * plan.query_blocks * plan.spans * piece_scalars(num_queries, group, value_dim);
 }
 
-// One row's step of the online softmax over a block of n keys from k0, its scores in row (only [lo, hi) count): the
-// score rule, then exp(s - m_new) in place (0 outside the visible keys), and acc (dv), m and l rescaled and updated.
-// False when the row sees none of these keys (row then all 0).
+// Row `row` of the scores of keys [k0, k0 + n) for query q of head h made ready for the online softmax: the score
+// rule on the keys the row sees in [lo, hi), -inf elsewhere; the scale is left to online_softmax_rows when it is the
+// rule's one option.
 template <class Scalar>
-bool online_step(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Scalar* row, Index n, Index k0, Index lo,
-                 Index hi, const VisibleKeys& visible, Index b, Index h, Index q, Scalar* acc, Scalar& m, Scalar& l) {
-  constexpr Scalar none = -std::numeric_limits<Scalar>::infinity();
-  const Index dv = call.values.dim;
+void prepare_row(const Call<Scalar>& call, Scalar* row, Index n, Index k0, Index lo, Index hi,
+                 const VisibleKeys& visible, Index b, Index h, Index q) {
   auto [a, z] = visible.within(k0, n);
   a = std::max(a, lo - k0);
   z = std::min(z, hi - k0);
-  Scalar block_max = none;
-  if (a < z) {
+  if (a >= z)
+    std::fill(row, row + n, -std::numeric_limits<Scalar>::infinity());
+  else if (call.rule.scale_only())
+    ScoreRule<Scalar>::hide(row, n, k0, a, z, visible);
+  else
     call.rule.apply(row, n, k0, a, z, visible, b, h, q);
-    block_max = kernel.row_max(row + a, z - a);
-  }
-  if (block_max == none) {
-    std::fill(row, row + n, Scalar(0));
-    return false;
-  }
-  const Scalar m_new = std::max(m, block_max);
-  const Scalar sum = kernel.exp_shifted(row + a, z - a, m_new);
-  std::fill(row, row + a, Scalar(0));
-  std::fill(row + z, row + n, Scalar(0));
-  if (m != m_new && l > Scalar(0)) {
-    const Scalar alpha = std::exp(m - m_new);
-    l *= alpha;
-    for (Index c = 0; c < dv; ++c) acc[c] *= alpha;
-  }
-  l += sum;
-  m = m_new;
-  if (call.dropout.active()) call.dropout.apply(row, n, b * call.queries.count + h, q, k0);
+}
+
+// The online softmax's step of `rows` query rows q0 .. of head h over the keys [k0, k0 + n) (only [lo, hi) count):
+// their products q.k in S (rows, n) become the weights (0 for a key a row does not see), and their acc (rows, dv), m
+// and l are rescaled and updated (the level's online_softmax_rows); then dropout. keys: the rows' visible keys.
+// False when no row sees a key here (S then all 0).
+template <class Scalar>
+bool online_rows(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Scalar* S, Index rows, Index n, Index k0,
+                 Index lo, Index hi, const VisibleKeys* keys, Index b, Index h, Index q0, Scalar* acc, Scalar* m,
+                 Scalar* l) {
+  for (Index i = 0; i < rows; ++i) prepare_row(call, S + i * n, n, k0, lo, hi, keys[i], b, h, q0 + i);
+  const Scalar scale = call.rule.scale_only() ? call.rule.scale : Scalar(1);
+  const Index dv = call.values.dim;
+  if (!kernel.online_softmax_rows(S, rows, n, n, scale, m, l, acc, dv, dv)) return false;
+  if (call.dropout.active())
+    for (Index i = 0; i < rows; ++i) call.dropout.apply(S + i * n, n, b * call.queries.count + h, q0 + i, k0);
   return true;
 }
+
+// The blocks of keys and values of every (batch row, key/value head), packed once per call into the row kernel's
+// micro-panels when more than one query block reads them: panel t of pair (b, g) holds K^T of keys
+// [t core_key_rows, (t + 1) core_key_rows), (d, core_key_rows padded to whole packets), and their values
+// (core_key_rows, dv padded). Empty (null) otherwise: each piece then packs the blocks it reads itself.
+template <class Scalar>
+struct PackedBlocks {
+  const Scalar* keys = nullptr;
+  const Scalar* values = nullptr;
+  Index panels = 0, key_size = 0, value_size = 0;  // per pair: panels; Scalars per panel
+
+  static PackedBlocks plan(const Call<Scalar>& call) {
+    PackedBlocks p;
+    p.panels = (call.keys.length + tuning::core_key_rows - 1) / tuning::core_key_rows;
+    p.key_size = call.queries.dim * padded_to_packets<Scalar>(tuning::core_key_rows);
+    p.value_size = tuning::core_key_rows * padded_to_packets<Scalar>(call.values.dim);
+    return p;
+  }
+  explicit operator bool() const { return keys != nullptr; }
+  const Scalar* key_panel(Index pair, Index t) const { return keys + (pair * panels + t) * key_size; }
+  const Scalar* value_panel(Index pair, Index t) const { return values + (pair * panels + t) * value_size; }
+};
 
 // Rows of a thread's scores in the forward pass: a block of one head's query rows, or the group's heads of a few.
 template <class Scalar>
@@ -205,8 +249,9 @@ struct ForwardScratch {
 // Either way a head none of whose rows sees a key of the block adds nothing for it (not 0 times the values, which
 // would turn a value's inf into NaN).
 template <class Scalar>
-void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index b, Index g, Index q0, Index rows,
-                 Index lo, Index hi, const VisibleKeys* keys, Scalar* acc, Scalar* m, Scalar* l, Scalar* scratch) {
+void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, const PackedBlocks<Scalar>& packed, Index b,
+                 Index g, Index q0, Index rows, Index lo, Index hi, const VisibleKeys* keys, Scalar* acc, Scalar* m,
+                 Scalar* l, Scalar* scratch) {
   const Heads<const Scalar>&Q = call.queries, &K = call.keys, &V = call.values;
   const Index d = Q.dim, dv = V.dim, group = call.group(), h0 = g * group;
   const Index kb = tuning::core_key_rows;
@@ -214,10 +259,10 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
   Scalar* Kt = scratch;                 // (d, kb): the key block transposed, or K^T packed
   Scalar* Vp = scratch + parts.values;  // (kb, dv padded to whole packets): the value block packed
   Scalar* S = scratch + parts.scores;   // (rows, kb) of one head, or (group * rows, kb) for few rows: scores, weights
-  // Row r's online-softmax step on the scores at S + at * n; whether it sees a key of the block.
-  const auto step = [&](Index r, Index at, Index k0, Index n) {
-    const Index hh = r / rows, i = r % rows;
-    return online_step(call, kernel, S + at * n, n, k0, lo, hi, keys[i], b, h0 + hh, q0 + i, acc + r * dv, m[r], l[r]);
+  // Head hh's rows' online-softmax step on the scores at S + at * n; whether one of them sees a key of the block.
+  const auto step = [&](Index hh, Index at, Index k0, Index n) {
+    return online_rows(call, kernel, S + at * n, rows, n, k0, lo, hi, keys, b, h0 + hh, q0, acc + hh * rows * dv,
+                       m + hh * rows, l + hh * rows);
   };
   // Whether the block's weights may meet its values in a product: when some weight is 0 because its key is hidden
   // from the row (by the mask, the span, a bias of -inf or dropout), only if every value is finite, since 0 times
@@ -231,17 +276,42 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
     return every_key_seen || all_finite(Eigen::Map<const Matrix<Scalar>, 0, Eigen::OuterStride<>>(
                                  Vb, n, dv, Eigen::OuterStride<>(V.row_stride)));
   };
-  // acc rows += P rows times the block's values, each weight that is not 0 alone: where product_safe is false.
+  // acc rows += P rows times the block's values, each weight that is not 0 alone: where product_safe is false. One
+  // multiply-add of the row kernel per key: the chain of the whole product less the keys of weight 0, so a row that
+  // does not see a NaN value gets the bits it has without it.
   const auto add_weighted_values = [&](const Scalar* P, Index count, Index n, const Scalar* Vb, Scalar* out) {
     for (Index r = 0; r < count; ++r)
-      for (Index j = 0; j < n; ++j) {
-        const Scalar w = P[r * n + j];
-        if (w == Scalar(0)) continue;
-        const Scalar* v = Vb + j * V.row_stride;
-        Scalar* o = out + r * dv;
-        for (Index c = 0; c < dv; ++c) o[c] += w * v[c];
-      }
+      for (Index j = 0; j < n; ++j)
+        if (P[r * n + j] != Scalar(0))
+          kernel.rows_times_matrix(true, P + r * n + j, 1, 1, 1, Vb + j * V.row_stride, V.row_stride, dv, false,
+                                   nullptr, out + r * dv, dv);
   };
+  // The group's heads in turn over the n keys from k0, whose K^T is packed (d rows, the first n of `stored`
+  // columns) and their values (depth rows, the keys' from row first); safe: product_safe's answer.
+  const auto heads_over = [&](Index k0, Index n, const Scalar* Kt_panel, Index stored, const Scalar* Vp_panel,
+                              Index first, Index depth, bool safe) {
+    for (Index hh = 0; hh < group; ++hh) {
+      kernel.packed_times_matrix(false, false, Q.at(b, h0 + hh, q0), Q.row_stride, rows, 0, d, n, Kt_panel, d, stored,
+                                 nullptr, S, n);
+      if (!step(hh, 0, k0, n)) continue;
+      if (safe)
+        kernel.packed_times_matrix(true, false, S, n, rows, first, n, dv, Vp_panel, depth, dv, nullptr,
+                                   acc + hh * rows * dv, dv);
+      else
+        add_weighted_values(S, rows, n, V.at(b, g, k0), acc + hh * rows * dv);
+    }
+  };
+  if (packed && rows > tuning::decode_queries) {  // the call's packed panels, from the micro-panel that holds lo
+    const Index pair = b * call.keys.count + g;
+    for (Index t = lo / kb; t * kb < hi; ++t) {
+      const Index base = t * kb, stored = std::min(kb, K.length - base);
+      const Index c0 = kernel.micro_panel_start(std::max(lo - base, Index(0)));
+      const Index n = std::min(kb, hi - base) - c0;
+      heads_over(base + c0, n, packed.key_panel(pair, t) + c0 * d, stored - c0, packed.value_panel(pair, t), c0,
+                 stored, product_safe(base + c0, n, V.at(b, g, base + c0)));
+    }
+    return;
+  }
   for (Index k0 = lo; k0 < hi; k0 += kb) {
     const Index n = std::min(kb, hi - k0);
     const Scalar* Vb = V.at(b, g, k0);  // (n, dv), rows V.row_stride apart
@@ -253,11 +323,7 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
                                  S + i * n, rows * n);
       bool every_head = true;
       for (Index hh = 0; hh < group; ++hh) {
-        bool any = false;
-        for (Index i = 0; i < rows; ++i) {
-          const bool seen = step(hh * rows + i, hh * rows + i, k0, n);
-          any = any || seen;
-        }
+        const bool any = step(hh, hh * rows, k0, n);
         every_head = every_head && any;
       }
       if (!safe) {
@@ -276,20 +342,7 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Index 
     }
     kernel.pack_panel(K.at(b, g, k0), 1, K.row_stride, d, n, Kt);  // K^T (d, n): entry (c, j) at K[j][c]
     if (safe) kernel.pack_panel(Vb, V.row_stride, 1, n, dv, Vp);
-    for (Index hh = 0; hh < group; ++hh) {
-      kernel.packed_times_matrix(false, false, Q.at(b, h0 + hh, q0), Q.row_stride, rows, 0, d, n, Kt, d, n, nullptr, S,
-                                 n);
-      bool any = false;
-      for (Index i = 0; i < rows; ++i) {
-        const bool seen = step(hh * rows + i, i, k0, n);
-        any = any || seen;
-      }
-      if (!any) continue;
-      if (safe)
-        kernel.packed_times_matrix(true, false, S, n, rows, 0, n, dv, Vp, n, dv, nullptr, acc + hh * rows * dv, dv);
-      else
-        add_weighted_values(S, rows, n, Vb, acc + hh * rows * dv);
-    }
+    heads_over(k0, n, Kt, n, Vp, 0, n, safe);
   }
 }
 
@@ -316,20 +369,37 @@ void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Bu
   auto finish = [&](Index b, Index g, Index h, Index q, const VisibleKeys& keys, const Scalar* acc, Scalar m,
                     Scalar l) {
     Scalar* o = out.at(b, h, q);
-    if (l > Scalar(0)) {
+    if (l > Scalar(0) || std::isnan(l)) {
       const Scalar inverse = Scalar(1) / l;
       for (Index c = 0; c < dv; ++c) o[c] = acc[c] * inverse;
       if (lse != nullptr) lse[(b * nq + q) * H + h] = m + std::log(l);
       return;
     }
     if (keys.none() && rule == FullyMasked::uniform)
-      mean_of_values(V, b, g, o);
+      uniform_row(V, call.dropout, b, g, b * H + h, q, o);
     else
       std::fill(o, o + dv, Scalar(0));
     if (lse != nullptr) lse[(b * nq + q) * H + h] = none;
   };
 
   const double work = static_cast<double>(B) * H * nq * std::max(nk, Index(1)) * (Q.dim + dv);
+  PackedBlocks<Scalar> packed;
+  if (nq > tuning::decode_queries && plan.query_blocks > 1 && nk > 0) {
+    packed = PackedBlocks<Scalar>::plan(call);
+    buffers.keys_packed.resize(B * G * packed.panels * packed.key_size);
+    buffers.values_packed.resize(B * G * packed.panels * packed.value_size);
+    Scalar* keys_packed = buffers.keys_packed.data();
+    Scalar* values_packed = buffers.values_packed.data();
+    packed.keys = keys_packed;
+    packed.values = values_packed;
+    const Index kb = tuning::core_key_rows;
+    parallel_for(B * G * packed.panels, static_cast<double>(B * G) * nk * (Q.dim + dv), [&](Index item, int) {
+      const Index t = item % packed.panels, pair = item / packed.panels, b = pair / G, g = pair % G;
+      const Index k0 = t * kb, n = std::min(kb, nk - k0);
+      kernel.pack_panel(K.at(b, g, k0), 1, K.row_stride, Q.dim, n, keys_packed + item * packed.key_size);
+      kernel.pack_panel(V.at(b, g, k0), V.row_stride, 1, n, dv, values_packed + item * packed.value_size);
+    });
+  }
   parallel_for(pieces, work, [&](Index piece, int thread) {
     const Index span = piece % plan.spans, block = piece / plan.spans % plan.query_blocks;
     const Index g = piece / plan.spans / plan.query_blocks % G, b = piece / plan.spans / plan.query_blocks / G;
@@ -345,7 +415,7 @@ void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Bu
     auto [first, last] = block_visible(mask, b, q0, rows, nq, nk, keys);
     first = std::max(first, span * plan.span);
     last = std::min(last, (span + 1) * plan.span);
-    if (first < last) attend_keys(call, kernel, b, g, q0, rows, first, last, keys, acc, m, l, scratch + 0);
+    if (first < last) attend_keys(call, kernel, packed, b, g, q0, rows, first, last, keys, acc, m, l, scratch + 0);
     if (plan.split()) return;
     for (Index hh = 0; hh < group; ++hh)
       for (Index i = 0; i < rows; ++i) {
@@ -366,10 +436,12 @@ void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Bu
         const Index first_piece = ((b * G + g) * plan.query_blocks + block) * plan.spans;
         for (Index r = 0; r < group * rows; ++r) {
           Scalar M = none;
+          bool nan = false;  // a span's NaN score makes the row NaN
           for (Index s = 0; s < plan.spans; ++s) {
             const Scalar* part = buffers.partial.data() + (first_piece + s) * piece_size;
             const Scalar l = part[group * rows * dv + group * rows + r];
             if (l > Scalar(0)) M = std::max(M, part[group * rows * dv + r]);
+            nan = nan || std::isnan(l);
           }
           Scalar L = 0;
           std::fill(merged.data(), merged.data() + dv, Scalar(0));
@@ -382,26 +454,31 @@ void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Bu
             const Scalar* acc = part + r * dv;
             for (Index c = 0; c < dv; ++c) merged[c] += factor * acc[c];
           }
+          if (nan) L = std::numeric_limits<Scalar>::quiet_NaN();
           const Index hh = r / rows, i = r % rows;
           finish(b, g, g * group + hh, q0 + i, keys[static_cast<std::size_t>(i)], merged.data(), M, L);
         }
       }
 }
 
-// The gradients of one tile: query rows q0 .. q0 + rows - 1 of head h against keys [k0, k0 + n), whose transposed
-// keys and values are the n columns of Kt (d rows) and Vt (dv rows) from their first, rows ldk apart. On return, P
-// holds the dropped weights P Z (for dV) and dS the gradient with respect to the products q.k (for dQ and dK); false
-// when no row of the tile has a weight.
+// The gradients of one tile: query rows q0 .. q0 + rows - 1 of head h against the n keys from k0, whose K^T and V^T
+// are the first n columns of packed panels (depth d and dv, `stored` columns). Qs (rows, d): the rows' queries, times
+// the scale when the rule is the scale alone (scale_only), then dS is left unscaled for dQ. On return, P (rows, n)
+// holds the dropped weights P Z (for dV) and dS (rows, n) the gradient with respect to the products Qs.k (for dQ and
+// dK), both 0 on a key the row does not see; false when no row of the tile has a weight. T: (rows, n) scratch for the
+// softcap.
 template <class Scalar>
 bool gradient_tile(const Call<Scalar>& call, const Kernels<Scalar>& kernel, const Heads<const Scalar>& dO,
                    const Scalar* lse, const Scalar* deltas, Index b, Index h, Index q0, Index rows, Index k0, Index n,
-                   const VisibleKeys* keys, const Scalar* Kt, const Scalar* Vt, Index ldk, Scalar* P, Scalar* dS,
-                   Scalar* T) {
+                   const VisibleKeys* keys, const Scalar* Qs, const Scalar* KT, const Scalar* VT, Index stored,
+                   Scalar* P, Scalar* dS, Scalar* T) {
   const Heads<const Scalar>& Q = call.queries;
   const Index nq = Q.length, H = Q.count, dv = call.values.dim;
+  const bool scaled = call.rule.scale_only();
   constexpr Scalar none = -std::numeric_limits<Scalar>::infinity();
-  kernel.rows_times_matrix(false, Q.at(b, h, q0), Q.row_stride, rows, Q.dim, Kt, ldk, n, false, nullptr, P, n);
-  kernel.rows_times_matrix(false, dO.at(b, h, q0), dO.row_stride, rows, dv, Vt, ldk, n, false, nullptr, dS, n);
+  kernel.packed_times_matrix(false, false, Qs, Q.dim, rows, 0, Q.dim, n, KT, Q.dim, stored, nullptr, P, n);
+  kernel.packed_times_matrix(false, false, dO.at(b, h, q0), dO.row_stride, rows, 0, dv, n, VT, dv, stored, nullptr, dS,
+                             n);
   bool any = false;
   for (Index i = 0; i < rows; ++i) {
     Scalar *p = P + i * n, *ds = dS + i * n, *t = T + i * n;
@@ -414,7 +491,10 @@ bool gradient_tile(const Call<Scalar>& call, const Kernels<Scalar>& kernel, cons
       continue;
     }
     any = true;
-    call.rule.apply(p, n, k0, a, z, keys[i], b, h, q, call.rule.has_softcap() ? t : nullptr);
+    if (scaled)
+      ScoreRule<Scalar>::hide(p, n, k0, a, z, keys[i]);
+    else
+      call.rule.apply(p, n, k0, a, z, keys[i], b, h, q, call.rule.has_softcap() ? t : nullptr);
     kernel.exp_shifted(p + a, z - a, row_lse);
     std::fill(p, p + a, Scalar(0));
     std::fill(p + z, p + n, Scalar(0));
@@ -422,13 +502,31 @@ bool gradient_tile(const Call<Scalar>& call, const Kernels<Scalar>& kernel, cons
     kernel.softmax_gradient_row(p, ds, n, deltas[(b * nq + q) * H + h]);
     if (call.rule.has_softcap())
       for (Index j = a; j < z; ++j) ds[j] *= Scalar(1) - t[j] * t[j];
-    for (Index j = a; j < z; ++j) ds[j] *= call.rule.scale;
+    if (!scaled)
+      for (Index j = a; j < z; ++j) ds[j] *= call.rule.scale;
     if (call.dropout.active()) call.dropout.apply(p, n, b * H + h, q, k0);
   }
   return any;
 }
 
+// How the backward pass splits a call: key block t of each (batch row, key/value head) belongs to split t mod splits,
+// one piece of work per (b, g, split); splits from the shape alone (at least backward_items pieces when the blocks
+// allow), so that the bits do not depend on the thread count.
+struct BackwardPlan {
+  Index key_blocks, splits;
+};
+
+inline BackwardPlan backward_plan(Index batch, Index kv_heads, Index num_keys) {
+  const Index kb = tuning::core_backward_key_rows, blocks = (num_keys + kb - 1) / kb, pairs = batch * kv_heads;
+  return {blocks, std::min(blocks, std::max(Index(1), (tuning::backward_items + pairs - 1) / std::max(pairs, Index(1))))};
+}
+
 // dQ, dK, dV (as Q, K, V) of the attention whose output O and lse (batch, Q, H) the forward pass gave, from dO.
+//
+// One pass: the piece (b, g, split) packs each of its key blocks' K^T, V^T and K once and runs every query block that
+// sees one of the block's keys, for each head of the group, against it; it owns the block's rows of dK and dV, and
+// adds dS K into its split's own dQ (split 0 into dQ, split s > 0 into a partial dQ of its own), summed in split
+// order at the end.
 template <class Scalar>
 void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scalar* lse, const Heads<const Scalar>& dO,
               const Heads<Scalar>& dQ, const Heads<Scalar>& dK, const Heads<Scalar>& dV, Buffers<Scalar>& buffers) {
@@ -446,7 +544,7 @@ void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scal
   }
   if (B == 0 || nq == 0 || nk == 0 || H == 0) return;
   const Kernels<Scalar>& kernel = kernels<Scalar>();
-  const Index qb = tuning::core_query_rows, kb = tuning::core_key_rows;
+  const Index qb = tuning::core_query_rows, kb = tuning::core_backward_key_rows;
   const Mask& mask = *call.mask;
   const bool uniform = mask.fully_masked() == FullyMasked::uniform;
   Buffers<Scalar>::grow(buffers.deltas, B * nq * H);
@@ -459,67 +557,104 @@ void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scal
         for (Index c = 0; c < dv; ++c) D += o[c] * g[c];
         deltas[(b * nq + q) * H + h] = D;
       }
-  buffers.reserve((d + dv) * kb + 3 * qb * kb, qb);
-  const Index query_blocks = (nq + qb - 1) / qb, key_blocks = (nk + kb - 1) / kb;
-  const double work = static_cast<double>(B) * H * nq * nk * (d + dv);
+  // One thread's scratch: K^T (d, kb padded), V^T (dv, kb padded), K (kb, d padded), then P, dS and T (qb, kb), then
+  // the key block's dK (kb, d) and dV (kb, dv) and a query block's Qs (qb, d), contiguous whatever the strides of the
+  // heads views.
+  const Index kt_size = d * padded_to_packets<Scalar>(kb), vt_size = dv * padded_to_packets<Scalar>(kb);
+  const Index k_size = kb * padded_to_packets<Scalar>(d), tile = qb * kb;
+  buffers.reserve(kt_size + vt_size + k_size + 3 * tile + kb * (d + dv) + qb * d, qb);
+  // Scale-only rules multiply Q by the scale once per tile (gradient_tile's Qs); dQ takes the scale at the end.
+  const Scalar query_scale = call.rule.scale_only() ? call.rule.scale : Scalar(1);
+  const BackwardPlan plan = backward_plan(B, G, nk);
+  const Index query_blocks = (nq + qb - 1) / qb;
+  // The dQ of splits 1, 2, ...: (splits - 1, batch, H, Q, d). Allocated per call, not kept in the buffers, where it
+  // would stay beside the next call's gradients (splits - 1 times Q's size).
+  Vector<Scalar> partial(Vector<Scalar>::Zero((plan.splits - 1) * B * H * nq * d));
+  Scalar* partial_dq = partial.data();
+  const double work = static_cast<double>(B) * H * nq * nk * (3 * d + 2 * dv);
 
-  // dK and dV: (b, g, key block).
-  parallel_for(B * G * key_blocks, 1.5 * work, [&](Index piece, int thread) {
-    const Index block = piece % key_blocks, g = piece / key_blocks % G, b = piece / key_blocks / G;
-    const Index k0 = block * kb, n = std::min(kb, nk - k0);
+  parallel_for(B * G * plan.splits, work, [&](Index piece, int thread) {
+    const Index split = piece % plan.splits, g = piece / plan.splits % G, b = piece / plan.splits / G;
     Scalar* scratch = buffers.scratch[static_cast<std::size_t>(thread)].data();
-    Scalar *Kt = scratch, *Vt = Kt + d * kb, *P = Vt + dv * kb, *dS = P + qb * kb, *T = dS + qb * kb;
+    Scalar *KT = scratch, *VT = KT + kt_size, *Kp = VT + vt_size, *P = Kp + k_size, *dS = P + tile, *T = dS + tile;
+    Scalar *dKb = T + tile, *dVb = dKb + kb * d, *Qs = dVb + kb * dv;
     VisibleKeys* keys = buffers.rows[static_cast<std::size_t>(thread)].data();
-    kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
-    kernel.transpose_into(V.at(b, g, k0), V.row_stride, n, dv, Vt, n);
-    for (Index qblock = 0; qblock < query_blocks; ++qblock) {
-      const Index q0 = qblock * qb, rows = std::min(qb, nq - q0);
-      const auto [first, last] = block_visible(mask, b, q0, rows, nq, nk, keys);
-      if (uniform) {  // d2l's uniform rows: dV += dO / num_keys on every key
-        const Scalar share = Scalar(1) / static_cast<Scalar>(nk);
-        for (Index i = 0; i < rows; ++i) {
-          if (!keys[i].none()) continue;
-          for (Index hh = 0; hh < group; ++hh) {
-            const Scalar* g_row = dO.at(b, g * group + hh, q0 + i);
-            for (Index j = 0; j < n; ++j) {
-              Scalar* v = dV.at(b, g, k0 + j);
-              for (Index c = 0; c < dv; ++c) v[c] += share * g_row[c];
+    // Where head h's rows from q0 add dS K: dQ, or this split's partial dQ; and their stride.
+    const auto dq_rows = [&](Index h, Index q0) -> std::pair<Scalar*, Index> {
+      if (split == 0) return {dQ.at(b, h, q0), dQ.row_stride};
+      return {partial_dq + (((split - 1) * B + b) * H + h) * nq * d + q0 * d, d};
+    };
+    for (Index t = split; t < plan.key_blocks; t += plan.splits) {
+      const Index k0 = t * kb, n = std::min(kb, nk - k0);
+      kernel.pack_panel(K.at(b, g, k0), 1, K.row_stride, d, n, KT);   // K^T (d, n)
+      kernel.pack_panel(V.at(b, g, k0), 1, V.row_stride, dv, n, VT);  // V^T (dv, n)
+      kernel.pack_panel(K.at(b, g, k0), K.row_stride, 1, n, d, Kp);   // K (n, d)
+      std::fill(dKb, dKb + n * d, Scalar(0));
+      std::fill(dVb, dVb + n * dv, Scalar(0));
+      for (Index qblock = 0; qblock < query_blocks; ++qblock) {
+        const Index q0 = qblock * qb, rows = std::min(qb, nq - q0);
+        const auto [first, last] = block_visible(mask, b, q0, rows, nq, nk, keys);
+        if (uniform) {  // d2l's uniform rows: dV += w dO on every key, w = 1 / num_keys (dropped as the forward pass)
+          const Scalar share = Scalar(1) / static_cast<Scalar>(nk);
+          for (Index i = 0; i < rows; ++i) {
+            if (!keys[i].none()) continue;
+            for (Index hh = 0; hh < group; ++hh) {
+              const Index h = g * group + hh;
+              const Scalar* g_row = dO.at(b, h, q0 + i);
+              for (Index j = 0; j < n; ++j) {
+                Scalar w = share;
+                if (call.dropout.active()) call.dropout.apply(&w, 1, b * H + h, q0 + i, k0 + j);
+                Scalar* v = dVb + j * dv;
+                for (Index c = 0; c < dv; ++c) v[c] += w * g_row[c];
+              }
             }
           }
         }
+        if (first >= k0 + n || last <= k0) continue;
+        // The tile's columns: the block's keys from the micro-panel that holds the first one some row of the query
+        // block sees, to the last, [k0 + c0, k0 + c0 + m); dQ reads only K's rows from that first key, [a0, end), so
+        // a key no row sees never meets a product.
+        const Index a0 = std::max(first, k0) - k0, end = std::min(last, k0 + n) - k0;
+        const Index c0 = kernel.micro_panel_start(a0), m = end - c0;
+        for (Index hh = 0; hh < group; ++hh) {
+          const Index h = g * group + hh;
+          for (Index i = 0; i < rows; ++i) {
+            const Scalar* q = Q.at(b, h, q0 + i);
+            for (Index c = 0; c < d; ++c) Qs[i * d + c] = query_scale * q[c];
+          }
+          if (!gradient_tile(call, kernel, dO, lse, deltas, b, h, q0, rows, k0 + c0, m, keys, Qs, KT + c0 * d,
+                             VT + c0 * dv, n - c0, P, dS, T))
+            continue;
+          kernel.transposed_times_matrix(true, P, m, m, rows, dO.at(b, h, q0), dO.row_stride, dv, nullptr,
+                                         dVb + c0 * dv, dv);
+          kernel.transposed_times_matrix(true, dS, m, m, rows, Qs, d, d, nullptr, dKb + c0 * d, d);
+          const auto [dq, ldq] = dq_rows(h, q0);
+          kernel.packed_times_matrix(true, false, dS + (a0 - c0), m, rows, a0, end - a0, d, Kp, n, d, nullptr, dq,
+                                     ldq);
+        }
       }
-      if (first >= k0 + n || last <= k0) continue;
-      // The block's keys that some row of the query block sees, [a0, a0 + m): the tile's columns.
-      const Index a0 = std::max(first, k0), m = std::min(last, k0 + n) - a0;
-      for (Index hh = 0; hh < group; ++hh) {
-        const Index h = g * group + hh;
-        if (!gradient_tile(call, kernel, dO, lse, deltas, b, h, q0, rows, a0, m, keys, Kt + (a0 - k0), Vt + (a0 - k0),
-                           n, P, dS, T))
-          continue;
-        kernel.transposed_times_matrix(true, P, m, m, rows, dO.at(b, h, q0), dO.row_stride, dv, nullptr,
-                                       dV.at(b, g, a0), dV.row_stride);
-        kernel.transposed_times_matrix(true, dS, m, m, rows, Q.at(b, h, q0), Q.row_stride, d, nullptr, dK.at(b, g, a0),
-                                       dK.row_stride);
+      for (Index j = 0; j < n; ++j) {
+        std::copy(dKb + j * d, dKb + (j + 1) * d, dK.at(b, g, k0 + j));
+        std::copy(dVb + j * dv, dVb + (j + 1) * dv, dV.at(b, g, k0 + j));
       }
     }
   });
-
-  // dQ: (b, h, query block).
-  parallel_for(B * H * query_blocks, work, [&](Index piece, int thread) {
-    const Index qblock = piece % query_blocks, h = piece / query_blocks % H, b = piece / query_blocks / H;
-    const Index g = h / group, q0 = qblock * qb, rows = std::min(qb, nq - q0);
-    Scalar* scratch = buffers.scratch[static_cast<std::size_t>(thread)].data();
-    Scalar *Kt = scratch, *Vt = Kt + d * kb, *P = Vt + dv * kb, *dS = P + qb * kb, *T = dS + qb * kb;
-    VisibleKeys* keys = buffers.rows[static_cast<std::size_t>(thread)].data();
-    const auto [first, last] = block_visible(mask, b, q0, rows, nq, nk, keys);
-    for (Index k0 = first; k0 < last; k0 += kb) {
-      const Index n = std::min(kb, last - k0);
-      kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
-      kernel.transpose_into(V.at(b, g, k0), V.row_stride, n, dv, Vt, n);
-      if (!gradient_tile(call, kernel, dO, lse, deltas, b, h, q0, rows, k0, n, keys, Kt, Vt, n, P, dS, T)) continue;
-      kernel.rows_times_matrix(true, dS, n, rows, n, K.at(b, g, k0), K.row_stride, d, false, nullptr, dQ.at(b, h, q0),
-                               dQ.row_stride);
+  if (plan.splits == 1 && query_scale == Scalar(1)) return;
+  // dQ = (dQ + the partial dQ of splits 1, 2, ..., in that order) times query_scale.
+  parallel_for(B * H, static_cast<double>(plan.splits) * B * H * nq * d, [&](Index pair, int) {
+    const Index b = pair / H, h = pair % H;
+    for (Index s = 1; s < plan.splits; ++s) {
+      const Scalar* part = partial_dq + (((s - 1) * B + b) * H + h) * nq * d;
+      for (Index q = 0; q < nq; ++q) {
+        Scalar* row = dQ.at(b, h, q);
+        for (Index c = 0; c < d; ++c) row[c] += part[q * d + c];
+      }
     }
+    if (query_scale != Scalar(1))
+      for (Index q = 0; q < nq; ++q) {
+        Scalar* row = dQ.at(b, h, q);
+        for (Index c = 0; c < d; ++c) row[c] *= query_scale;
+      }
   });
 }
 

@@ -31,6 +31,8 @@ struct ScoreRule {
   Index batch = 0, num_heads = 0, num_queries = 0, num_keys = 0;
 
   bool has_softcap() const { return softcap > Scalar(0); }
+  // No option but the scale: the scores' rule is the scale and the mask alone.
+  bool scale_only() const { return !has_softcap() && slopes == nullptr && bias == nullptr; }
 
   // The row of the bias that query q of head h in batch row b adds, (num_keys); null without a bias.
   const Scalar* bias_row(Index b, Index h, Index q) const {
@@ -45,9 +47,6 @@ struct ScoreRule {
   // keys: the row's visible keys (Mask::visible_keys).
   void apply(Scalar* row, Index n, Index k0, Index lo, Index hi, const VisibleKeys& keys, Index b, Index h, Index q,
              Scalar* tanh_out = nullptr) const {
-    constexpr Scalar hidden = -std::numeric_limits<Scalar>::infinity();
-    std::fill(row, row + lo, hidden);
-    std::fill(row + hi, row + n, hidden);
     for (Index j = lo; j < hi; ++j) row[j] *= scale;
     if (has_softcap()) {
       const Scalar inverse = Scalar(1) / softcap;
@@ -66,6 +65,14 @@ struct ScoreRule {
       add += k0;
       for (Index j = lo; j < hi; ++j) row[j] += add[j];
     }
+    hide(row, n, k0, lo, hi, keys);
+  }
+
+  // The mask's part of apply alone: -inf outside [lo, hi) and at the keep row's holes in it.
+  static void hide(Scalar* row, Index n, Index k0, Index lo, Index hi, const VisibleKeys& keys) {
+    constexpr Scalar hidden = -std::numeric_limits<Scalar>::infinity();
+    std::fill(row, row + lo, hidden);
+    std::fill(row + hi, row + n, hidden);
     if (!keys.is_range())
       for (Index j = lo; j < hi; ++j)
         if (!keys.keep[k0 + j]) row[j] = hidden;

@@ -414,7 +414,7 @@ void rows_times_matrix_entry(bool accumulate, const Scalar* X, Index ldx, Index 
 
 // Y (rows, columns) (+)= X (rows, steps) B + bias, B the steps [first, first + steps) and the first columns of a panel
 // that pack_panel packed on this level, `depth` steps deep and `stored` columns wide: an operand packed once and read
-// by many products (a kept W^T, the tiled kernel's K^T and V blocks, a head's K^T, K, V^T, V, Q or dO on the direct
+// by many products (a kept W^T, the core's K^T and V blocks, a head's K^T, K, V^T, V, Q or dO on the direct
 // path). X's entries at x_entry<Transposed>: with Transposed, X = A^T for A (steps, rows) as stored, rows ldx apart.
 // The panel's columns from a multiple c0 of packed_width on are the panel at packed + c0 * depth, `stored - c0` wide.
 // In panels of at most product_panel_depth steps by product_panel_width columns, each passed over by every row block,

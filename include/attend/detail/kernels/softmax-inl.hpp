@@ -82,9 +82,73 @@ Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
   return total;
 }
 
+// The online softmax's step over one block of n keys for `rows` rows of scores S (rows, n), rows ld apart, the keys a
+// row does not see already -inf. For each row r: every score times scale; M = its maximum; when M is -inf (the row
+// sees none of these keys) the row becomes 0 and nothing else changes (but a NaN among its scores makes l[r] NaN, as
+// a softmax over the whole row would be); otherwise m' = max(m[r], M), a = exp(m[r] - m'), S_r = exp(S_r - m') (0
+// for a hidden key), l[r] = a l[r] + sum S_r, acc row r (dv, rows ldacc apart) times a, m[r] = m'. Returns whether
+// some row saw a key. In chunks of online_chunk rows: their factors a as packets of exp, and, for blocks of whole
+// packets, their sums reduced together (Simd::reduce_add_rows, the bits reduce_add gives each row).
+constexpr Index online_chunk = 16;
+template <class Scalar>
+bool online_softmax_rows(Scalar* S, Index rows, Index n, Index ld, Scalar scale, Scalar* m, Scalar* l, Scalar* acc,
+                         Index ldacc, Index dv) {
+  using Sd = Simd<Scalar>;
+  constexpr Index size = Sd::size;
+  constexpr Scalar none = -std::numeric_limits<Scalar>::infinity();
+  constexpr Index padded = (online_chunk + size - 1) / size * size;
+  alignas(64) Scalar t[padded];               // each row's exponent m - m', then its factor a
+  alignas(64) Scalar shift[online_chunk];     // each row's m'
+  alignas(64) Scalar partial[online_chunk * size];
+  alignas(64) Scalar sum[online_chunk];
+  bool seen[online_chunk];
+  bool any = false;
+  const bool whole = n % size == 0;
+  for (Index r0 = 0; r0 < rows; r0 += online_chunk) {
+    const Index count = std::min(online_chunk, rows - r0);
+    for (Index i = 0; i < count; ++i) {
+      const Index r = r0 + i;
+      Scalar* row = S + r * ld;
+      if (scale != Scalar(1)) scale_row(row, n, scale, row);
+      const Scalar M = row_max(row, n);
+      t[i] = Scalar(0);
+      seen[i] = M != none;
+      if (!seen[i]) {
+        if (std::any_of(row, row + n, [](Scalar x) { return std::isnan(x); }))
+          l[r] = std::numeric_limits<Scalar>::quiet_NaN();
+        std::fill(row, row + n, Scalar(0));
+        shift[i] = Scalar(0);
+        continue;
+      }
+      any = true;
+      const Scalar m_new = m[r] < M ? M : m[r];
+      if (m[r] != m_new) t[i] = m[r] - m_new;  // -inf for a row's first key: a = 0
+      m[r] = m_new;
+      shift[i] = m_new;
+    }
+    for (Index i = count; i < padded; ++i) t[i] = Scalar(0);
+    for (Index i = 0; i < padded; i += size) Sd::store(t + i, Sd::exp(Sd::load(t + i)));
+    if (whole) {
+      for (Index i = 0; i < count; ++i)
+        Sd::store(partial + i * size,
+                  seen[i] ? exp_shifted_packets(S + (r0 + i) * ld, n, Sd::set1(shift[i])) : Sd::zero());
+      Sd::reduce_add_rows(partial, count, sum);
+    } else {
+      for (Index i = 0; i < count; ++i) sum[i] = seen[i] ? exp_shifted(S + (r0 + i) * ld, n, shift[i]) : Scalar(0);
+    }
+    for (Index i = 0; i < count; ++i) {
+      if (!seen[i]) continue;
+      const Index r = r0 + i;
+      l[r] = t[i] * l[r] + sum[i];
+      if (t[i] != Scalar(1)) scale_row(acc + r * ldacc, dv, t[i], acc + r * ldacc);
+    }
+  }
+  return any;
+}
+
 // Softmax's backward rule on one row of n keys, in place over dp: dp[j] = p[j] (dp[j] - D), and 0 where p[j] is 0 (a
 // key the row does not see, or whose weight underflowed, even when dp[j] is not finite). p: the row's weights;
-// D = sum_j p[j] dp[j] (detail/flash_backward.hpp). The last n % size entries go through one packet of which the
+// D = sum_j p[j] dp[j] (detail/core/attention.hpp). The last n % size entries go through one packet of which the
 // lanes past n are neither read nor written: the same operations on every entry, so the same bits wherever it falls.
 // softmax_gradient_packet is the rule on one packet.
 template <class Scalar>

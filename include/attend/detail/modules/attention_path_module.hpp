@@ -59,7 +59,7 @@ struct AttentionRecord {
   bool tiled = false;
   Matrix<Scalar> Q, K, V;  // MultiHeadAttention's projections: (batch * q, hiddens), (batch * k, hiddens) twice
   Matrix<Scalar> heads;    // the heads' output before any projection: (batch * q, heads * dv)
-  Vector<Scalar> lse;      // the tiled path's log-sum-exp of each row's scaled scores: (batch * heads * q)
+  Tensor3<Scalar> lse;     // the tiled path's log-sum-exp of each row's scaled scores: (batch, q, heads)
 
   const Tensor3<Scalar>& keys_in() const { return self ? queries : keys; }
   const Tensor3<Scalar>& values_in() const { return self ? queries : values; }

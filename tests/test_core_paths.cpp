@@ -1,10 +1,11 @@
-// detail::flash_attention_heads, the tiled online-softmax kernel, against detail::scaled_dot_product_heads, the
-// direct path that materialises the weights and follows d2l step by step (itself tested against d2l's PyTorch code
-// in test_dot_product_attention, test_multi_head_attention and test_mask). Random inputs over many shapes and block
-// sizes, every kind of mask with both rules for a fully masked query, the keys no row can see never read (NaN there
-// changes nothing), large scores, and the same bits whatever the number of threads.
+// The attention core (detail/core/attention.hpp), the tiled path of MultiHeadAttention and DotProductAttention, against
+// detail::scaled_dot_product_heads, the direct path that materialises the weights and follows d2l step by step
+// (itself tested against d2l's PyTorch code in test_dot_product_attention, test_multi_head_attention and test_mask).
+// Random inputs over many shapes (across the core's query and key blocks, its decoding branch and its split of the
+// keys), every kind of mask with both rules for a fully masked query, the keys no row can see never read (NaN there
+// changes nothing), large scores, NaN scores, and the same bits whatever the number of threads.
 #include <attend/detail/attend_rows.hpp>
-#include <attend/detail/flash_attention.hpp>
+#include <attend/detail/core/attention.hpp>
 #include <attend/detail/heads.hpp>
 #include <attend/mask.hpp>
 #include <catch2/catch.hpp>
@@ -27,21 +28,20 @@ using attend::Mask;
 using attend::Matrix;
 using attend::Tensor3;
 using attend::ValidLens;
-using attend::detail::FlashBlocks;
 using attend::detail::heads_of;
 
 namespace {
 
-// The agreement asked of the kernel: the direct path's result to 1e-5 relative in float and 1e-12 in double; the
+// The agreement asked of the core: the direct path's result to 1e-5 relative in float and 1e-12 in double; the
 // absolute part covers outputs that cancel to near 0 (each output is a convex combination of values in [-1, 1]).
 template <class Scalar>
-attend_test::Tolerance<Scalar> flash_tolerance();
+attend_test::Tolerance<Scalar> core_tolerance();
 template <>
-attend_test::Tolerance<float> flash_tolerance<float>() {
+attend_test::Tolerance<float> core_tolerance<float>() {
   return {1e-5, 1e-6};
 }
 template <>
-attend_test::Tolerance<double> flash_tolerance<double>() {
+attend_test::Tolerance<double> core_tolerance<double>() {
   return {1e-12, 1e-14};
 }
 
@@ -92,15 +92,17 @@ Matrix<Scalar> direct(const Inputs<Scalar>& in, const Shape& s, const Mask& mask
   return output;
 }
 
-// The kernel, on an output filled with NaN first: every element must be written.
+// The core, on an output filled with NaN first: every element must be written.
 template <class Scalar>
-Matrix<Scalar> flash(const Inputs<Scalar>& in, const Shape& s, const Mask& mask, FlashBlocks blocks) {
+Matrix<Scalar> core(const Inputs<Scalar>& in, const Shape& s, const Mask& mask) {
   Matrix<Scalar> output =  // (batch * queries, heads * dv)
       Matrix<Scalar>::Constant(s.batch * s.num_queries, s.num_heads * s.dv, std::numeric_limits<Scalar>::quiet_NaN());
-  attend::detail::flash_attention_heads<Scalar>(heads_of(in.Q, s.batch, s.num_queries, s.num_heads),
-                                                heads_of(in.K, s.batch, s.num_keys, s.num_heads),
-                                                heads_of(in.V, s.batch, s.num_keys, s.num_heads), mask,
-                                                heads_of(output, s.batch, s.num_queries, s.num_heads), blocks);
+  attend::detail::core::Buffers<Scalar> buffers;
+  const auto call = attend::detail::core::scaled_call<Scalar>(heads_of(in.Q, s.batch, s.num_queries, s.num_heads),
+                                                               heads_of(in.K, s.batch, s.num_keys, s.num_heads),
+                                                               heads_of(in.V, s.batch, s.num_keys, s.num_heads), mask,
+                                                               {});
+  attend::detail::core::forward<Scalar>(call, heads_of(output, s.batch, s.num_queries, s.num_heads), nullptr, buffers);
   return output;
 }
 
@@ -167,61 +169,55 @@ Mask make_mask(int kind, const Shape& s, std::mt19937& rng) {
 const Shape shapes[] = {
     {1, 1, 1, 1, 1, 1},      {2, 4, 4, 5, 20, 20},    {2, 7, 13, 3, 5, 4},     {3, 37, 53, 2, 8, 6},
     {2, 130, 70, 1, 16, 16}, {1, 70, 130, 4, 32, 24}, {2, 65, 129, 2, 64, 64}, {1, 200, 300, 1, 64, 32},
-    {2, 5, 0, 2, 4, 3},      {1, 0, 6, 2, 4, 4},
+    {2, 5, 0, 2, 4, 3},      {1, 0, 6, 2, 4, 4},      {1, 6, 600, 2, 16, 16},  {2, 3, 1030, 1, 8, 8},
 };
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("flash_attention_heads matches the direct path on every shape, mask and block size",
-                   "[flash_attention]", float, double) {
+TEMPLATE_TEST_CASE("the core matches the direct path on every shape and mask", "[core_paths]", float, double) {
   const Shape s = GENERATE(from_range(std::begin(shapes), std::end(shapes)));
   const int kind = GENERATE(range(0, num_mask_kinds));
   const FullyMasked rule = GENERATE(FullyMasked::uniform, FullyMasked::zero);
-  const FlashBlocks blocks = GENERATE(attend::detail::flash_blocks<TestType>(), FlashBlocks{3, 5}, FlashBlocks{16, 32},
-                                      FlashBlocks{1, 1});
-  CAPTURE(describe(s), mask_kinds[kind], attend::to_string(rule), blocks.query_rows, blocks.key_rows);
+  CAPTURE(describe(s), mask_kinds[kind], attend::to_string(rule));
   std::mt19937 rng(static_cast<unsigned>(1000 * kind + s.num_queries + 7 * s.num_keys));
   const auto in = random_inputs<TestType>(s, rng);
   Mask mask = make_mask(kind, s, rng);
   if (rule == FullyMasked::zero) mask = mask.when_fully_masked(rule);
-  REQUIRE_THAT(flash(in, s, mask, blocks), attend_test::Near(direct(in, s, mask), flash_tolerance<TestType>()));
+  REQUIRE_THAT(core(in, s, mask), attend_test::Near(direct(in, s, mask), core_tolerance<TestType>()));
 }
 
-TEMPLATE_TEST_CASE("flash_attention_heads gives a query that sees no key the mask's rule", "[flash_attention]", float,
-                   double) {
+TEMPLATE_TEST_CASE("the core gives a query that sees no key the mask's rule", "[core_paths]", float, double) {
   const Shape s{2, 6, 9, 3, 4, 5};
   std::mt19937 rng(5);
   const auto in = random_inputs<TestType>(s, rng);
   Matrix<Index> lens(2, 6);  // (batch, queries): query 2 of row 0 and queries 0, 5 of row 1 see no key
   lens << 4, 9, 0, 1, 12, 3, 0, 2, 7, 9, 1, 0;
   const Mask mask = ValidLens::per_query(lens);
-  const auto uniform = flash(in, s, mask, {4, 4});
-  const auto zero = flash(in, s, mask.when_fully_masked(FullyMasked::zero), {4, 4});
+  const auto uniform = core(in, s, mask);
+  const auto zero = core(in, s, mask.when_fully_masked(FullyMasked::zero));
   const std::pair<Index, Index> masked[] = {{0, 2}, {1, 0}, {1, 5}};
   for (const auto& [b, q] : masked) {
     CAPTURE(b, q);
     // d2l: every score -1e6, every weight 1 / keys: the mean of all value rows of the head.
     const Matrix<TestType> mean = in.V.middleRows(b * s.num_keys, s.num_keys).colwise().mean();  // (1, heads * dv)
     REQUIRE_THAT(Matrix<TestType>(uniform.row(b * s.num_queries + q)),
-                 attend_test::Near(mean, flash_tolerance<TestType>()));
+                 attend_test::Near(mean, core_tolerance<TestType>()));
     REQUIRE_THAT(Matrix<TestType>(zero.row(b * s.num_queries + q)),
                  attend_test::Near(Matrix<TestType>(Matrix<TestType>::Zero(1, s.num_heads * s.dv)), exact<TestType>()));
   }
-  REQUIRE_THAT(uniform, attend_test::Near(direct(in, s, mask), flash_tolerance<TestType>()));
+  REQUIRE_THAT(uniform, attend_test::Near(direct(in, s, mask), core_tolerance<TestType>()));
   REQUIRE_THAT(zero, attend_test::Near(direct(in, s, mask.when_fully_masked(FullyMasked::zero)),
-                                       flash_tolerance<TestType>()));
+                                       core_tolerance<TestType>()));
 }
 
-TEMPLATE_TEST_CASE("flash_attention_heads never reads the keys and values no query can see", "[flash_attention]",
-                   float, double) {
+TEMPLATE_TEST_CASE("the core never reads the keys and values no query can see", "[core_paths]", float, double) {
   // NaN in every K and V row past the last key any query of a batch row sees (and, with a keep tensor, before the
   // first): a kernel that read them would return NaN. The expected output is the direct path on inputs cut to the
   // visible keys.
   const Shape s{3, 40, 300, 2, 16, 12};
-  const FlashBlocks blocks = GENERATE(attend::detail::flash_blocks<TestType>(), FlashBlocks{8, 32}, FlashBlocks{5, 7});
   const int kind = GENERATE(0, 1, 2);  // lens (batch,), lens (batch, queries), keep with a visible window
   const FullyMasked rule = GENERATE(FullyMasked::uniform, FullyMasked::zero);
-  CAPTURE(blocks.query_rows, blocks.key_rows, kind, attend::to_string(rule));
+  CAPTURE(kind, attend::to_string(rule));
   std::mt19937 rng(static_cast<unsigned>(11 + kind));
   auto in = random_inputs<TestType>(s, rng);
 
@@ -281,7 +277,7 @@ TEMPLATE_TEST_CASE("flash_attention_heads never reads the keys and values no que
         in.K.row(b * s.num_keys + j).setConstant(nan);
         in.V.row(b * s.num_keys + j).setConstant(nan);
       }
-  const auto output = flash(in, s, mask, blocks);
+  const auto output = core(in, s, mask);
   for (Index b = 0; b < 3; ++b) {
     CAPTURE(b);
     const Index kf = cut_first[static_cast<std::size_t>(b)], kl = cut_last[static_cast<std::size_t>(b)];
@@ -291,19 +287,17 @@ TEMPLATE_TEST_CASE("flash_attention_heads never reads the keys and values no que
                                in.V.middleRows(b * s.num_keys + kf, kl - kf)};
     const Matrix<TestType> expected = direct(cut, cut_shape, cut_masks[static_cast<std::size_t>(b)]);
     REQUIRE_THAT(Matrix<TestType>(output.middleRows(b * s.num_queries, s.num_queries)),
-                 attend_test::Near(expected, flash_tolerance<TestType>()));
+                 attend_test::Near(expected, core_tolerance<TestType>()));
   }
 }
 
-TEMPLATE_TEST_CASE("flash_attention_heads stays finite and exact with scores up to 1e4", "[flash_attention]", float,
-                   double) {
+TEMPLATE_TEST_CASE("the core stays finite and exact with scores up to 1e4", "[core_paths]", float, double) {
   // Integer Q and K entries and d = 16 (scale 1/4) make every score exact in both paths, up to |s| = 16 * 50^2 / 4 =
   // 1e4, so the two paths differ only in the softmax: running maxima far apart force rescaling by exp(m_old - m_new)
   // that underflows to 0, and most weights flush to 0.
-  const Shape s{2, 50, 77, 2, 16, 8};
-  const FlashBlocks blocks = GENERATE(attend::detail::flash_blocks<TestType>(), FlashBlocks{7, 3});
+  const Shape s = GENERATE(Shape{2, 50, 77, 2, 16, 8}, Shape{1, 130, 300, 2, 16, 8}, Shape{2, 4, 600, 2, 16, 8});
   const int kind = GENERATE(0, 1, 3, 9);
-  CAPTURE(blocks.query_rows, blocks.key_rows, mask_kinds[kind]);
+  CAPTURE(describe(s), mask_kinds[kind]);
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> integer(-50, 50);
   Inputs<TestType> in = random_inputs<TestType>(s, rng);
@@ -313,33 +307,34 @@ TEMPLATE_TEST_CASE("flash_attention_heads stays finite and exact with scores up 
   in.K.row(10).setConstant(50);
   in.K.row(11).setConstant(-50);
   const Mask mask = make_mask(kind, s, rng);
-  const auto output = flash(in, s, mask, blocks);
+  const auto output = core(in, s, mask);
   REQUIRE(output.allFinite());
-  REQUIRE_THAT(output, attend_test::Near(direct(in, s, mask), flash_tolerance<TestType>()));
+  REQUIRE_THAT(output, attend_test::Near(direct(in, s, mask), core_tolerance<TestType>()));
 }
 
-TEMPLATE_TEST_CASE("flash_attention_heads writes only its output's columns", "[flash_attention]", float, double) {
+TEMPLATE_TEST_CASE("the core writes only its output's columns", "[core_paths]", float, double) {
   // The output is a strided block of a wider matrix: the columns around it keep their values.
   const Shape s{2, 33, 21, 3, 8, 4};
   std::mt19937 rng(17);
   const auto in = random_inputs<TestType>(s, rng);
   Matrix<TestType> wide = Matrix<TestType>::Constant(s.batch * s.num_queries, s.num_heads * s.dv + 5, 7);
-  attend::detail::flash_attention_heads<TestType>(heads_of(in.Q, s.batch, s.num_queries, s.num_heads),
+  const Mask causal = Mask::causal();
+  attend::detail::core::Buffers<TestType> buffers;
+  attend::detail::core::forward<TestType>(
+      attend::detail::core::scaled_call<TestType>(heads_of(in.Q, s.batch, s.num_queries, s.num_heads),
                                                   heads_of(in.K, s.batch, s.num_keys, s.num_heads),
-                                                  heads_of(in.V, s.batch, s.num_keys, s.num_heads), Mask::causal(),
-                                                  heads_of(wide.middleCols(2, s.num_heads * s.dv), s.batch,
-                                                           s.num_queries, s.num_heads),
-                                                  {8, 8});
+                                                  heads_of(in.V, s.batch, s.num_keys, s.num_heads), causal, {}),
+      heads_of(wide.middleCols(2, s.num_heads * s.dv), s.batch, s.num_queries, s.num_heads), nullptr, buffers);
   REQUIRE((wide.leftCols(2).array() == TestType(7)).all());
   REQUIRE((wide.rightCols(3).array() == TestType(7)).all());
   REQUIRE_THAT(Matrix<TestType>(wide.middleCols(2, s.num_heads * s.dv)),
-               attend_test::Near(direct(in, s, Mask::causal()), flash_tolerance<TestType>()));
+               attend_test::Near(direct(in, s, Mask::causal()), core_tolerance<TestType>()));
 }
 
 #ifdef _OPENMP
-TEMPLATE_TEST_CASE("flash_attention_heads gives the same bits on 1 and 2 threads", "[flash_attention][threads]", float,
-                   double) {
-  const Shape s = GENERATE(Shape{2, 130, 70, 3, 16, 16}, Shape{1, 300, 300, 1, 64, 64}, Shape{1, 20, 40, 1, 8, 8});
+TEMPLATE_TEST_CASE("the core gives the same bits on 1 and 2 threads", "[core_paths][threads]", float, double) {
+  const Shape s = GENERATE(Shape{2, 130, 70, 3, 16, 16}, Shape{1, 300, 300, 1, 64, 64}, Shape{1, 20, 40, 1, 8, 8},
+                           Shape{1, 3, 1100, 2, 16, 16});
   const int kind = GENERATE(0, 3, 9);
   CAPTURE(describe(s), mask_kinds[kind]);
   std::mt19937 rng(23);
@@ -347,80 +342,60 @@ TEMPLATE_TEST_CASE("flash_attention_heads gives the same bits on 1 and 2 threads
   const Mask mask = make_mask(kind, s, rng);
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
-  const auto one = flash(in, s, mask, attend::detail::flash_blocks<TestType>());
+  const auto one = core(in, s, mask);
   omp_set_num_threads(2);
-  const auto two = flash(in, s, mask, attend::detail::flash_blocks<TestType>());
+  const auto two = core(in, s, mask);
   omp_set_num_threads(threads);
   REQUIRE_THAT(two, attend_test::Near(one, exact<TestType>()));
   REQUIRE(std::memcmp(one.data(), two.data(), sizeof(TestType) * static_cast<std::size_t>(one.size())) == 0);
 }
 #endif
 
-TEMPLATE_TEST_CASE("flash_attention_heads: a keep tensor that keeps every key gives the bits of no mask",
-                   "[flash_attention]", float, double) {
-  // Without a mask every row sees each whole key block, and online_softmax_step sums the rows' exponentials by whole
-  // packets, reduced all rows at once (Simd::reduce_add_rows: a transposed tree on the avx512 level); a keep tensor
-  // sends every block through exp_shifted row by row.
-  // With every key kept the two must agree bit for bit: same maxima,
-  // same exponentials and rescaling factors, same sums. Scores up to about 8 in size, so that maxima grow from block
-  // to block; blocks of a whole number of packets and not.
-  const Shape s = GENERATE(Shape{2, 130, 600, 2, 32, 32}, Shape{1, 40, 257, 3, 16, 8}, Shape{1, 9, 33, 1, 5, 3});
-  const FlashBlocks blocks = GENERATE(attend::detail::flash_blocks<TestType>(), FlashBlocks{16, 32},
-                                      FlashBlocks{7, 3});
-  CAPTURE(describe(s), blocks.query_rows, blocks.key_rows);
+TEMPLATE_TEST_CASE("the core: a keep tensor that keeps every key gives the bits of no mask", "[core_paths]", float,
+                   double) {
+  // A keep tensor sends every row through the keep row's holes, which it has none of: the same scores, maxima,
+  // exponentials, rescaling factors and products as no mask. Scores up to about 8 in size, so that maxima grow from
+  // block to block; blocks of a whole number of packets and not, the decoding branch and its split of the keys.
+  const Shape s = GENERATE(Shape{2, 130, 600, 2, 32, 32}, Shape{1, 40, 257, 3, 16, 8}, Shape{1, 9, 33, 1, 5, 3},
+                           Shape{1, 4, 700, 2, 16, 8});
+  CAPTURE(describe(s));
   std::mt19937 rng(41);
   Inputs<TestType> in = random_inputs<TestType>(s, rng);
   in.Q *= TestType(3);
   Tensor3<bool> keep(s.batch, s.num_queries, s.num_keys);
   keep.setConstant(true);
-  const auto unmasked = flash(in, s, Mask{}, blocks);
-  const auto kept = flash(in, s, Mask::keep(keep), blocks);
+  const auto unmasked = core(in, s, Mask{});
+  const auto kept = core(in, s, Mask::keep(keep));
   REQUIRE(std::memcmp(unmasked.data(), kept.data(), sizeof(TestType) * static_cast<std::size_t>(kept.size())) == 0);
-  REQUIRE_THAT(unmasked, attend_test::Near(direct(in, s, Mask{}), flash_tolerance<TestType>()));
+  REQUIRE_THAT(unmasked, attend_test::Near(direct(in, s, Mask{}), core_tolerance<TestType>()));
 }
 
-TEMPLATE_TEST_CASE("flash_attention_heads on heads whose values span more than 1 MiB (copied head by head)",
-                   "[flash_attention]", float, double) {
-  // Values are copied head-major only when a pair's value rows, num_heads * dv apart, span over 1 MiB and are read by
-  // more than one query block: here 1100 keys x 4 heads x 64 values (1.1 MiB in float), 2 blocks of queries. With and
-  // without a mask, against the direct path.
-  const Shape s{1, 130, 1100, 4, 16, 64};
-  const int kind = GENERATE(0, 2, 4);
-  CAPTURE(mask_kinds[kind]);
-  std::mt19937 rng(43);
-  const auto in = random_inputs<TestType>(s, rng);
-  const Mask mask = make_mask(kind, s, rng);
-  const FlashBlocks blocks{128, attend::detail::flash_blocks<TestType>().key_rows};
-  REQUIRE_THAT(flash(in, s, mask, blocks), attend_test::Near(direct(in, s, mask), flash_tolerance<TestType>()));
-}
-
-TEMPLATE_TEST_CASE("flash_attention_heads: a key block whose visible scores are all NaN makes its rows NaN",
-                   "[flash_attention]", float, double) {
-  // As on the direct path, where the softmax of a row with a NaN score is NaN: here after a block of finite scores, a
-  // last block that holds only NaN scores (NaN key rows), shorter than a packet and not, with and without a mask.
-  const Index num_keys = GENERATE(7, 9, 40);
+TEMPLATE_TEST_CASE("the core: NaN scores make their rows NaN", "[core_paths]", float, double) {
+  // As on the direct path, where the softmax of a row with a NaN score is NaN: the last 3 keys' rows are NaN, inside a
+  // block of finite scores (7 and 40 keys), a block of their own after a whole one (131 = 128 + 3), and the last of
+  // the decoding branch's spans (771 = 3 * 256 + 3, with 5 queries); with and without a mask.
+  const Index num_keys = GENERATE(7, 40, 131, 771);
+  const Index num_queries = GENERATE(5, 70);
   const int kind = GENERATE(0, 1, 4);
-  const Shape s{1, 5, num_keys, 1, 4, 3};
-  CAPTURE(num_keys, mask_kinds[kind]);
+  const Shape s{1, num_queries, num_keys, 1, 4, 3};
+  CAPTURE(num_keys, num_queries, mask_kinds[kind]);
   std::mt19937 rng(47);
   Inputs<TestType> in = random_inputs<TestType>(s, rng);
-  const Index first_nan = num_keys - 3;  // the last 3 keys: a block of its own with key blocks of 3 from 4 keys on
   in.K.bottomRows(3).setConstant(std::numeric_limits<TestType>::quiet_NaN());
   Tensor3<bool> keep(1, s.num_queries, num_keys);
   keep.setConstant(true);
   const Mask mask = kind == 0 ? Mask{} : kind == 1 ? Mask(ValidLens::per_batch({num_keys})) : Mask::keep(keep);
   const Matrix<TestType> expected = direct(in, s, mask);
   REQUIRE(expected.array().isNaN().all());
-  const FlashBlocks blocks = first_nan % 3 == 0 ? FlashBlocks{2, 3} : FlashBlocks{2, first_nan};
-  REQUIRE(flash(in, s, mask, blocks).array().isNaN().all());
+  REQUIRE(core(in, s, mask).array().isNaN().all());
 }
 
 TEMPLATE_TEST_CASE("both paths read heads through a view: grouped key/value heads and a cache with spare rows",
-                   "[flash_attention][heads]", float, double) {
+                   "[core_paths][heads]", float, double) {
   // Grouped-query attention: 4 query heads on 2 key/value heads, query head h reading key/value head h / 2, must give
   // the bits of ordinary multi-head attention on keys and values whose head h is a copy of head h / 2. And the keys
   // and values read in place from a cache with room for 7 more steps per batch row (NaN there: never read).
-  const Index dv = GENERATE(8, 5);  // 5: the tiled path copies the values, padded to whole packets
+  const Index dv = GENERATE(8, 5);  // 5: the core packs the values' blocks, padded to whole packets
   const int kind = GENERATE(0, 6, 9);
   const Shape s{2, 37, 29, 4, 8, dv};
   const Index kv_heads = 2, group = s.num_heads / kv_heads, spare = 7;
@@ -453,7 +428,7 @@ TEMPLATE_TEST_CASE("both paths read heads through a view: grouped key/value head
        Heads{V_cache.data(), V_cache.cols(), s.num_keys + spare, s.batch, s.num_keys, kv_heads, dv, dv}}};
 
   const Matrix<TestType> expected_direct = direct(repeated, s, mask);
-  const Matrix<TestType> expected_flash = flash(repeated, s, mask, {8, 8});
+  const Matrix<TestType> expected_core = core(repeated, s, mask);
   for (const auto& kv : grouped) {
     Matrix<TestType> output = Matrix<TestType>::Constant(Q.rows(), s.num_heads * dv, nan);  // (batch * q, heads * dv)
     const auto out = heads_of(output, s.batch, s.num_queries, s.num_heads);
@@ -461,7 +436,9 @@ TEMPLATE_TEST_CASE("both paths read heads through a view: grouped key/value head
     attend::detail::scaled_dot_product_heads<TestType>(Qh, kv[0], kv[1], mask, weights, out);
     REQUIRE_THAT(output, attend_test::Near(expected_direct, exact<TestType>()));
     output.setConstant(nan);
-    attend::detail::flash_attention_heads<TestType>(Qh, kv[0], kv[1], mask, out, {8, 8});
-    REQUIRE_THAT(output, attend_test::Near(expected_flash, exact<TestType>()));
+    attend::detail::core::Buffers<TestType> buffers;
+    const auto call = attend::detail::core::scaled_call<TestType>(Qh, kv[0], kv[1], mask, {});
+    attend::detail::core::forward<TestType>(call, out, nullptr, buffers);
+    REQUIRE_THAT(output, attend_test::Near(expected_core, exact<TestType>()));
   }
 }
