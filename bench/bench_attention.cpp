@@ -127,7 +127,8 @@ void RowKernel(benchmark::State& state) {
   const auto& kernel = attend::detail::kernels_for<Scalar>(attend::Isa::avx2);
   for (auto _ : state) {
     if (packed) {
-      kernel.rows_times_matrix(false, X.data(), in, rows, in, B.data(), out, out, false, nullptr, Y.data(), out);
+      kernel.times_matrix(attend::detail::x_rows(X.data(), in, rows), in, attend::detail::b_rows(B.data(), out), out,
+                          attend::detail::y_into(Y.data(), out));
     } else {  // the same panels of B, read in place
       constexpr attend::Index depth = attend::detail::tuning::product_panel_depth<Scalar>;
       constexpr attend::Index width = attend::detail::tuning::product_panel_width<Scalar>;

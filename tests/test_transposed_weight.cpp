@@ -1,25 +1,24 @@
 // The kept transposed weight (detail/transposed_weight.hpp): Y = X W^T + b from W^T kept between calls, against the
 // definition; the same bits whatever the number of rows per call; never stale when W changes between calls, through
-// MultiHeadAttention's workspace too. And the kernel under it (detail/rows_times_matrix.hpp) in its accumulating mode
-// and over no inner dimension, its forms with X given transposed, with B read in place in any layout and with B
-// packed once by its caller (the tiled kernel's K^T and V blocks, in packet-aligned buffers), and the blocked
-// transpose (detail/transpose.hpp).
+// MultiHeadAttention's workspace too. And the kernels under it (times_matrix and packed_times_matrix, their operands
+// from detail/operands.hpp) in their accumulating mode and over no inner dimension, with X given transposed, with B
+// read in place in any layout and with B packed once by its caller (the tiled kernel's K^T and V blocks, in
+// packet-aligned buffers), and the blocked transpose (detail/transpose.hpp).
+#include <algorithm>
+#include <attend/detail/operands.hpp>
 #include <attend/detail/packet_buffer.hpp>
 #include <attend/detail/products.hpp>
 #include <attend/detail/project_rows.hpp>
-#include <attend/detail/rows_times_matrix.hpp>
 #include <attend/detail/transpose.hpp>
 #include <attend/detail/transposed_weight.hpp>
 #include <attend/isa.hpp>
 #include <attend/multi_head_attention.hpp>
 #include <attend/random.hpp>
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <support/affine.hpp>
 #include <support/matchers.hpp>
 #include <support/random_tensor.hpp>
-
-#include <algorithm>
-#include <cstdint>
 #include <utility>
 
 #ifdef _OPENMP
@@ -30,7 +29,16 @@ using attend::Index;
 using attend::Matrix;
 using attend::Tensor3;
 using attend::Vector;
+using attend::detail::b_packed;
+using attend::detail::b_padded_rows;
+using attend::detail::b_rows;
+using attend::detail::b_strided;
+using attend::detail::kernels;
 using attend::detail::TransposedWeight;
+using attend::detail::x_columns;
+using attend::detail::x_rows;
+using attend::detail::y_added;
+using attend::detail::y_into;
 
 namespace {
 
@@ -204,7 +212,7 @@ TEMPLATE_TEST_CASE("MultiHeadAttention sees a weight changed through a reference
   REQUIRE(same(second, expected));
 }
 
-TEMPLATE_TEST_CASE("rows_times_matrix gives X B + bias, or adds X B to Y, with B padded or not", "[transposed_weight]",
+TEMPLATE_TEST_CASE("times_matrix gives X B + bias, or adds X B to Y, with B padded or not", "[transposed_weight]",
                    float, double) {
   // rows around the blocks of rows (4, 8 with 16 vector registers; 4, 6, 12 with 32), out around the packet widths
   // (4, 8 and 16 lanes) and past the blocks of 4 packets.
@@ -221,11 +229,11 @@ TEMPLATE_TEST_CASE("rows_times_matrix gives X B + bias, or adds X B to Y, with B
   const Vector<TestType> bias = random_matrix<TestType>(1, out, 18).transpose();  // (out)
   Matrix<TestType> Y = Y0;                                                      // (rows, out)
   if (accumulate) {
-    attend::detail::rows_times_matrix<true, TestType>(X.data(), in, rows, in, B.data(), width, out, padded, nullptr,
-                                                       Y.data(), out);
+    kernels<TestType>().times_matrix(x_rows(X.data(), in, rows), in, {B.data(), width, 1, padded}, out,
+                                     y_added(Y.data(), out));
   } else {
-    attend::detail::rows_times_matrix<false, TestType>(X.data(), in, rows, in, B.data(), width, out, padded,
-                                                        bias.data(), Y.data(), out);
+    kernels<TestType>().times_matrix(x_rows(X.data(), in, rows), in, {B.data(), width, 1, padded}, out,
+                                     y_into(Y.data(), out, bias.data()));
   }
   Matrix<double> expected(rows, out);  // (rows, out): Y0 + X B, or X B + bias, by definition
   for (Index r = 0; r < rows; ++r)
@@ -237,7 +245,7 @@ TEMPLATE_TEST_CASE("rows_times_matrix gives X B + bias, or adds X B to Y, with B
   REQUIRE_THAT(Y, attend_test::Near(expected, attend_test::tolerance<TestType>()));
 }
 
-TEMPLATE_TEST_CASE("rows_times_matrix over no inner dimension gives the bias, or leaves Y, and reads no operand",
+TEMPLATE_TEST_CASE("times_matrix over no inner dimension gives the bias, or leaves Y, and reads no operand",
                    "[transposed_weight]", float, double) {
   // in = 0 (a head of width 0 in the tiled kernel): X and B have no entries, and their pointers may be null.
   const Index rows = GENERATE(1, 7, 13);
@@ -247,19 +255,19 @@ TEMPLATE_TEST_CASE("rows_times_matrix over no inner dimension gives the bias, or
   const Vector<TestType> bias = random_matrix<TestType>(1, out, 20).transpose();  // (out)
   for (const bool padded : {true, false}) {
     Matrix<TestType> Y = Y0;  // (rows, out)
-    attend::detail::rows_times_matrix<true, TestType>(nullptr, 0, rows, 0, nullptr, out, out, padded, nullptr,
-                                                       Y.data(), out);
+    kernels<TestType>().times_matrix(x_rows<TestType>(nullptr, 0, rows), 0, {nullptr, out, 1, padded}, out,
+                                     y_added(Y.data(), out));
     REQUIRE(Y == Y0);  // + an empty sum: unchanged
-    attend::detail::rows_times_matrix<false, TestType>(nullptr, 0, rows, 0, nullptr, out, out, padded, bias.data(),
-                                                        Y.data(), out);
+    kernels<TestType>().times_matrix(x_rows<TestType>(nullptr, 0, rows), 0, {nullptr, out, 1, padded}, out,
+                                     y_into(Y.data(), out, bias.data()));
     REQUIRE(Y == bias.transpose().replicate(rows, 1));  // an empty sum plus the bias
-    attend::detail::rows_times_matrix<false, TestType>(nullptr, 0, rows, 0, nullptr, out, out, padded, nullptr,
-                                                        Y.data(), out);
+    kernels<TestType>().times_matrix(x_rows<TestType>(nullptr, 0, rows), 0, {nullptr, out, 1, padded}, out,
+                                     y_into(Y.data(), out));
     REQUIRE(Y == Matrix<TestType>::Zero(rows, out));  // an empty sum
   }
 }
 
-TEMPLATE_TEST_CASE("transposed_times_matrix gives A^T B + bias, or adds it, with the bits of rows_times_matrix on A^T",
+TEMPLATE_TEST_CASE("times_matrix of X = A^T gives A^T B + bias, or adds it, with the bits of a product on A^T copied",
                    "[transposed_weight]", float, double) {
   // rows of Y around the row blocks and past tuning::packed_product_rows; in (A's rows) past a panel's depth
   // (tuning::product_panel_depth), out around the packets and past a panel's width.
@@ -278,15 +286,15 @@ TEMPLATE_TEST_CASE("transposed_times_matrix gives A^T B + bias, or adds it, with
   Matrix<TestType> copied = Y0;  // (rows, out): the same through a copy of A^T
   const Matrix<TestType> At = A.leftCols(rows).transpose();  // (rows, in)
   if (accumulate) {
-    attend::detail::transposed_times_matrix<true, TestType>(A.data(), lda, rows, in, B.data(), out, out, b, Y.data(),
-                                                             out);
-    attend::detail::rows_times_matrix<true, TestType>(At.data(), in, rows, in, B.data(), out, out, false, b,
-                                                       copied.data(), out);
+    kernels<TestType>().times_matrix(x_columns(A.data(), lda, rows), in, b_rows(B.data(), out), out,
+                                     y_added(Y.data(), out, b));
+    kernels<TestType>().times_matrix(x_rows(At.data(), in, rows), in, b_rows(B.data(), out), out,
+                                     y_added(copied.data(), out, b));
   } else {
-    attend::detail::transposed_times_matrix<false, TestType>(A.data(), lda, rows, in, B.data(), out, out, b, Y.data(),
-                                                              out);
-    attend::detail::rows_times_matrix<false, TestType>(At.data(), in, rows, in, B.data(), out, out, false, b,
-                                                        copied.data(), out);
+    kernels<TestType>().times_matrix(x_columns(A.data(), lda, rows), in, b_rows(B.data(), out), out,
+                                     y_into(Y.data(), out, b));
+    kernels<TestType>().times_matrix(x_rows(At.data(), in, rows), in, b_rows(B.data(), out), out,
+                                     y_into(copied.data(), out, b));
   }
   // (rows, out): Y0 + A^T B, or A^T B + bias, by definition
   const Matrix<TestType> Bt = B.transpose();  // (out, in)
@@ -336,8 +344,8 @@ TEMPLATE_TEST_CASE("times and transposed_times give A B and A^T B in chunks of r
   REQUIRE_THAT(two.second, attend_test::Near(expected, tolerance_of_sums<TestType>(k)));
 }
 
-TEMPLATE_TEST_CASE("strided_times_matrix gives X B + bias, or adds it, reading B in any layout, with the bits of "
-                   "rows_times_matrix on a row-major copy of B", "[transposed_weight]", float, double) {
+TEMPLATE_TEST_CASE("times_matrix reads B in any layout, with the bits of a product on a row-major copy of B",
+                   "[transposed_weight]", float, double) {
   // rows of Y around the row blocks and past tuning::packed_product_rows; in past a panel's depth, out around the
   // packets and past a panel's width; B stored by rows, by columns (W^T read from W), and as taps of a convolution's
   // (out, in, 3) weight, forward (strides 3, 3 in) and flipped for the input gradient (strides 3 out, 3).
@@ -359,19 +367,19 @@ TEMPLATE_TEST_CASE("strided_times_matrix gives X B + bias, or adds it, reading B
   Matrix<TestType> B(in, out);                                                    // (in, out), row-major
   for (Index k = 0; k < in; ++k)
     for (Index o = 0; o < out; ++o) B(k, o) = storage(0, offset + k * row_stride + o * column_stride);
-  const attend::detail::StridedMatrix<TestType> strided{storage.data() + offset, row_stride, column_stride};
+  const auto strided = b_strided(storage.data() + offset, row_stride, column_stride);  // B (in, out)
   Matrix<TestType> Y = Y0;       // (rows, out)
   Matrix<TestType> copied = Y0;  // (rows, out): the same from the row-major copy of B
   if (accumulate) {
-    attend::detail::strided_times_matrix<true, TestType>(X.data(), in + 2, rows, in, strided, out, bias.data(),
-                                                         Y.data(), out);
-    attend::detail::rows_times_matrix<true, TestType>(X.data(), in + 2, rows, in, B.data(), out, out, false,
-                                                      bias.data(), copied.data(), out);
+    kernels<TestType>().times_matrix(x_rows(X.data(), in + 2, rows), in, strided, out,
+                                     y_added(Y.data(), out, bias.data()));
+    kernels<TestType>().times_matrix(x_rows(X.data(), in + 2, rows), in, b_rows(B.data(), out), out,
+                                     y_added(copied.data(), out, bias.data()));
   } else {
-    attend::detail::strided_times_matrix<false, TestType>(X.data(), in + 2, rows, in, strided, out, bias.data(),
-                                                          Y.data(), out);
-    attend::detail::rows_times_matrix<false, TestType>(X.data(), in + 2, rows, in, B.data(), out, out, false,
-                                                       bias.data(), copied.data(), out);
+    kernels<TestType>().times_matrix(x_rows(X.data(), in + 2, rows), in, strided, out,
+                                     y_into(Y.data(), out, bias.data()));
+    kernels<TestType>().times_matrix(x_rows(X.data(), in + 2, rows), in, b_rows(B.data(), out), out,
+                                     y_into(copied.data(), out, bias.data()));
   }
   // (rows, out): (Y0 +) X B + bias, by definition
   Matrix<double> expected = affine_by_definition(Matrix<TestType>(X.leftCols(in)), Matrix<TestType>(B.transpose()),
@@ -381,7 +389,7 @@ TEMPLATE_TEST_CASE("strided_times_matrix gives X B + bias, or adds it, reading B
   REQUIRE(Y == copied);  // bit for bit
 }
 
-TEMPLATE_TEST_CASE("packed_times_matrix over part of a panel pack_panel packed gives the bits of rows_times_matrix",
+TEMPLATE_TEST_CASE("packed_times_matrix over part of a panel pack_panel packed gives the bits of times_matrix",
                    "[transposed_weight]", float, double) {
   // A panel packed `depth` steps deep and `stored` columns wide (B stored by rows, or by columns as W^T read from W),
   // read over some of its steps from `first` on and its columns from c0 on (0, or the first micro-panel past the
@@ -415,11 +423,11 @@ TEMPLATE_TEST_CASE("packed_times_matrix over part of a panel pack_panel packed g
   const Vector<TestType> bias = random_matrix<TestType>(1, columns, 44).transpose();  // (columns)
   const Matrix<TestType> part = B.block(first, c0, steps, columns);                   // (steps, columns)
   Matrix<TestType> Y = Y0, copied = Y0;                                               // (rows, columns)
-  kernel.packed_times_matrix(accumulate, transposed, transposed ? A.data() : X.data(),
-                             transposed ? rows + 3 : steps + 2, rows, first, steps, columns, packed.data() + c0 * depth,
-                             depth, stored - c0, bias.data(), Y.data(), columns);
-  kernel.rows_times_matrix(accumulate, X.data(), steps + 2, rows, steps, part.data(), columns, columns, false,
-                           bias.data(), copied.data(), columns);
+  kernel.packed_times_matrix({transposed ? A.data() : X.data(), transposed ? rows + 3 : steps + 2, rows, transposed},
+                             steps, b_packed(packed.data() + c0 * depth, depth, stored - c0, first), columns,
+                             {Y.data(), columns, accumulate, bias.data()});
+  kernels<TestType>().times_matrix(x_rows(X.data(), steps + 2, rows), steps, b_rows(part.data(), columns), columns,
+                                   {copied.data(), columns, accumulate, bias.data()});
   Matrix<double> expected =
       affine_by_definition(Matrix<TestType>(X.leftCols(steps)), Matrix<TestType>(part.transpose()), bias);
   if (accumulate) expected += Y0.template cast<double>();
@@ -469,27 +477,28 @@ TEMPLATE_TEST_CASE("A PacketMatrix is a row-major view on a packet boundary, and
   REQUIRE(tile.rows() == 0);  // NOLINT(bugprone-use-after-move): a moved-from matrix is empty
 }
 
-TEMPLATE_TEST_CASE("transposed_times_matrix and strided_times_matrix over no inner dimension, or into no rows, read "
-                   "no operand",
+TEMPLATE_TEST_CASE("times_matrix of X = A^T or a strided B over no inner dimension, or into no rows, reads no operand",
                    "[transposed_weight]", float, double) {
   const Index out = GENERATE(3, 33);
   CAPTURE(out);
   const Matrix<TestType> Y0 = random_matrix<TestType>(7, out, 26);                // (7, out)
   const Vector<TestType> bias = random_matrix<TestType>(1, out, 27).transpose();  // (out)
   Matrix<TestType> Y = Y0;                                                        // (7, out)
-  attend::detail::transposed_times_matrix<true, TestType>(nullptr, 7, 7, 0, nullptr, out, out, nullptr, Y.data(), out);
+  kernels<TestType>().times_matrix(x_columns<TestType>(nullptr, 7, 7), 0, b_rows<TestType>(nullptr, out), out,
+                                   y_added(Y.data(), out));
   REQUIRE(Y == Y0);
-  attend::detail::transposed_times_matrix<false, TestType>(nullptr, 7, 7, 0, nullptr, out, out, bias.data(), Y.data(),
-                                                           out);
+  kernels<TestType>().times_matrix(x_columns<TestType>(nullptr, 7, 7), 0, b_rows<TestType>(nullptr, out), out,
+                                   y_into(Y.data(), out, bias.data()));
   REQUIRE(Y == bias.transpose().replicate(7, 1));
-  attend::detail::transposed_times_matrix<false, TestType>(nullptr, 7, 0, 5, nullptr, out, out, nullptr, nullptr, out);
-  const attend::detail::StridedMatrix<TestType> none{nullptr, 3, 3 * out};
+  kernels<TestType>().times_matrix(x_columns<TestType>(nullptr, 7, 0), 5, b_rows<TestType>(nullptr, out), out,
+                                   y_into<TestType>(nullptr, out));
+  const auto none = b_strided<TestType>(nullptr, 3, 3 * out);
   Y = Y0;
-  attend::detail::strided_times_matrix<true, TestType>(nullptr, 7, 7, 0, none, out, nullptr, Y.data(), out);
+  kernels<TestType>().times_matrix(x_rows<TestType>(nullptr, 7, 7), 0, none, out, y_added(Y.data(), out));
   REQUIRE(Y == Y0);
-  attend::detail::strided_times_matrix<false, TestType>(nullptr, 7, 7, 0, none, out, bias.data(), Y.data(), out);
+  kernels<TestType>().times_matrix(x_rows<TestType>(nullptr, 7, 7), 0, none, out, y_into(Y.data(), out, bias.data()));
   REQUIRE(Y == bias.transpose().replicate(7, 1));
-  attend::detail::strided_times_matrix<false, TestType>(nullptr, 7, 0, 5, none, out, nullptr, nullptr, out);
+  kernels<TestType>().times_matrix(x_rows<TestType>(nullptr, 7, 0), 5, none, out, y_into<TestType>(nullptr, out));
 }
 
 TEMPLATE_TEST_CASE("transpose_into copies A^T into B, and nothing else", "[transposed_weight]", float, double) {

@@ -40,7 +40,6 @@
 #include <algorithm>
 #include <attend/detail/products.hpp>
 #include <attend/detail/project_rows.hpp>
-#include <attend/detail/rows_times_matrix.hpp>
 #include <attend/detail/views.hpp>
 #include <attend/module.hpp>
 #include <attend/parameter.hpp>

@@ -143,8 +143,8 @@ class RNN : public Module, public detail::WithParameters<RNN<Scalar>, Scalar> {
     for (Index t = 0; t < steps; ++t) {
       Scalar* h = H.data() + t * hidden;  // (batch, hidden), rows ld apart: x_t W_ih^T + b_ih + b_hh, then h_t
       if (t > 0)
-        kernel.packed_times_matrix(true, false, h - hidden, ld, batch, 0, hidden, hidden, recurrent.data(), hidden,
-                                   hidden, nullptr, h, ld);
+        kernel.packed_times_matrix(detail::x_rows(h - hidden, ld, batch), hidden,
+                                   detail::b_packed(recurrent.data(), hidden, hidden), hidden, detail::y_added(h, ld));
       rows.middleCols(t * hidden, hidden).array() = rows.middleCols(t * hidden, hidden).array().tanh();
     }
   }
@@ -260,8 +260,8 @@ class RNN : public Module, public detail::WithParameters<RNN<Scalar>, Scalar> {
       rows.middleCols(t * hidden, hidden).array() *= Scalar(1) - h.middleCols(t * hidden, hidden).array().square();
       Scalar* d = dpre.data() + t * hidden;  // (batch, hidden), rows ld apart: dpre_t
       if (t > 0)
-        kernel.rows_times_matrix(true, d, ld, batch, hidden, weight_hh_.data(), hidden, hidden, false, nullptr,
-                                 d - hidden, ld);
+        kernel.times_matrix(detail::x_rows(d, ld, batch), hidden, detail::b_rows(weight_hh_.data(), hidden), hidden,
+                            detail::y_added(d - hidden, ld));
     }
     return dpre;
   }

@@ -69,12 +69,13 @@ void weights_times_values(const Eigen::MatrixBase<Weights>& weights, const Mask&
     const BlockKeys block = block_keys(mask, b, q0, rows, num_queries, num_keys);
     const Index first = block.weighted_first(), last = block.weighted_last(num_keys);
     if (packed_values != nullptr) {
-      kernel.packed_times_matrix(false, false, w.data() + first, w.outerStride(), rows, first, last - first, dv,
-                                 packed_values, num_keys, dv, nullptr, out.data(), out.outerStride());
+      kernel.packed_times_matrix(x_rows(w.data() + first, w.outerStride(), rows), last - first,
+                                 b_packed(packed_values, num_keys, dv, first), dv,
+                                 y_into(out.data(), out.outerStride()));
     } else {
-      kernel.rows_times_matrix(false, w.data() + first, w.outerStride(), rows, last - first,
-                               v.data() + first * v.outerStride(), v.outerStride(), dv, false, nullptr, out.data(),
-                               out.outerStride());
+      kernel.times_matrix(x_rows(w.data() + first, w.outerStride(), rows), last - first,
+                          b_rows(v.data() + first * v.outerStride(), v.outerStride()), dv,
+                          y_into(out.data(), out.outerStride()));
     }
     return;
   }
@@ -83,12 +84,13 @@ void weights_times_values(const Eigen::MatrixBase<Weights>& weights, const Mask&
     Scalar* out_row = out.data() + i * out.outerStride();  // (dv)
     out.row(i).setZero();
     keys.for_each(0, num_keys, [&](Index j) {
-      kernel.rows_times_matrix(true, w.data() + i * w.outerStride() + j, 1, 1, 1, v.data() + j * v.outerStride(),
-                               v.outerStride(), dv, false, nullptr, out_row, out.outerStride());
+      kernel.times_matrix(x_rows(w.data() + i * w.outerStride() + j, 1, 1), 1,
+                          b_rows(v.data() + j * v.outerStride(), v.outerStride()), dv,
+                          y_added(out_row, out.outerStride()));
     });
     if (keys.none() && mask.fully_masked() == FullyMasked::uniform)
-      kernel.rows_times_matrix(false, w.data() + i * w.outerStride(), 1, 1, num_keys, v.data(), v.outerStride(), dv,
-                               false, nullptr, out_row, out.outerStride());
+      kernel.times_matrix(x_rows(w.data() + i * w.outerStride(), 1, 1), num_keys, b_rows(v.data(), v.outerStride()), dv,
+                          y_into(out_row, out.outerStride()));
   }
 }
 
@@ -201,9 +203,9 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
       // softmax writes the masked score over the others before it reads a row.
       const BlockKeys block = block_keys(mask, b, q0, rows, num_queries, num_keys);
       const Index first = kernel.micro_panel_start(block.first);
-      kernel.packed_times_matrix(false, false, Qh.data(), Qh.outerStride(), rows, 0, d, block.last - first,
-                                 packed_keys.data() + kv_pair * keys_panel + first * d, d, num_keys - first, nullptr,
-                                 scores.data() + first, scores.outerStride());
+      kernel.packed_times_matrix(x_rows(Qh.data(), Qh.outerStride(), rows), d,
+                                 b_packed(packed_keys.data() + kv_pair * keys_panel + first * d, d, num_keys - first),
+                                 block.last - first, y_into(scores.data() + first, scores.outerStride()));
     }
     kernel.masked_softmax_block(scores.data(), rows, num_keys, scores.outerStride(), mask, b, q0, num_queries,
                                 tiny ? Scalar(1) : scale);

@@ -106,16 +106,17 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
     const auto seen = [&](Index i) { return s.rows[static_cast<std::size_t>(q0 + i)]; };
     const BlockKeys block = block_keys(rows, num_keys, mask.fully_masked(), seen);
     const Index first = kernel.micro_panel_start(block.first), last = block.last;
-    kernel.packed_times_matrix(false, false, dOh.data(), dOh.outerStride(), rows, 0, dv, last - first,
-                               s.VT.data() + first * dv, dv, num_keys - first, nullptr, A + first, num_keys);
+    kernel.packed_times_matrix(x_rows(dOh.data(), dOh.outerStride(), rows), dv,
+                               b_packed(s.VT.data() + first * dv, dv, num_keys - first), last - first,
+                               y_into(A + first, num_keys));
     for (Index i = 0; i < rows; ++i) {
       Scalar* row = A + i * num_keys;  // (keys)
       dropout.apply(row + first, last - first, pair, q0 + i, first);
       kernel.softmax_backward_row(P + i * num_keys, row, row, num_keys, s.rows[static_cast<std::size_t>(q0 + i)],
                                   scale);
     }
-    kernel.packed_times_matrix(false, false, A + first, num_keys, rows, first, last - first, d, s.K.data(), num_keys,
-                               d, nullptr, dQh.data(), dQh.outerStride());
+    kernel.packed_times_matrix(x_rows(A + first, num_keys, rows), last - first,
+                               b_packed(s.K.data(), num_keys, d, first), d, y_into(dQh.data(), dQh.outerStride()));
   };
   // Keys [k0, k0 + keys) of key/value head g of batch row b, from query head h: dV_g += P~^T dO_h, dK_g += (scale dS)^T
   // Q_h, with P~ (queries, keys) read in place (the weights themselves without dropout) and scale dS in A; over the
@@ -134,10 +135,10 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
     if (q0 >= q1) return;
     auto dVg = dV.head(b, h / group).middleRows(k0, keys);  // (keys, dv)
     auto dKg = dK.head(b, h / group).middleRows(k0, keys);  // (keys, d)
-    kernel.packed_times_matrix(true, true, dropped + q0 * num_keys + k0, num_keys, keys, q0, q1 - q0, dv, s.dO.data(),
-                               num_queries, dv, nullptr, dVg.data(), dVg.outerStride());
-    kernel.packed_times_matrix(true, true, s.A.data() + q0 * num_keys + k0, num_keys, keys, q0, q1 - q0, d,
-                               s.Q.data(), num_queries, d, nullptr, dKg.data(), dKg.outerStride());
+    kernel.packed_times_matrix(x_columns(dropped + q0 * num_keys + k0, num_keys, keys), q1 - q0,
+                               b_packed(s.dO.data(), num_queries, dv, q0), dv, y_added(dVg.data(), dVg.outerStride()));
+    kernel.packed_times_matrix(x_columns(s.A.data() + q0 * num_keys + k0, num_keys, keys), q1 - q0,
+                               b_packed(s.Q.data(), num_queries, d, q0), d, y_added(dKg.data(), dKg.outerStride()));
   };
   // Key/value head g of batch row b begins: dK_g = dV_g = 0, V_g^T and K_g packed into s, the keys each query sees
   // into s.rows.

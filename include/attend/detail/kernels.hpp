@@ -12,20 +12,20 @@
 // isa.hpp, and one more inclusion block and table below.
 #pragma once
 
+#include <algorithm>
 #include <attend/config.hpp>
 #include <attend/detail/avx2/simd.hpp>
 #include <attend/detail/avx512/few_rows_projection.hpp>
 #include <attend/detail/avx512/simd.hpp>
 #include <attend/detail/generic/simd.hpp>
 #include <attend/detail/mask_row.hpp>
+#include <attend/detail/operands.hpp>
 #include <attend/detail/packet_buffer.hpp>
 #include <attend/detail/target.hpp>
 #include <attend/detail/tuning.hpp>
 #include <attend/isa.hpp>
 #include <attend/mask.hpp>
 #include <attend/tensor.hpp>
-
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -83,17 +83,11 @@ template <class Scalar>
 struct Kernels {
   Isa isa;
   Index packet_size;  // the level's packet: Scalars a register holds
-  // Y (rows, out) (+)= X (rows, in) B (in, out) + bias: detail/kernels/products-inl.hpp, rows_times_matrix
-  void (*rows_times_matrix)(bool accumulate, const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B,
-                            Index ldb, Index out, bool padded, const Scalar* bias, Scalar* Y, Index ldy);
-  // Y (rows, out) (+)= A^T B + bias, A (in, rows) read in place: transposed_times_matrix_entry
-  void (*transposed_times_matrix)(bool accumulate, const Scalar* A, Index lda, Index rows, Index in, const Scalar* B,
-                                  Index ldb, Index out, const Scalar* bias, Scalar* Y, Index ldy);
-  // Y (rows, out) (+)= X B + bias, B's entry (k, o) at B[k * row_stride + o * column_stride]:
-  // strided_times_matrix_entry
-  void (*strided_times_matrix)(bool accumulate, const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B,
-                               Index row_stride, Index column_stride, Index out, const Scalar* bias, Scalar* Y,
-                               Index ldy);
+  // Y (X.rows, columns) (+)= X (X.rows, steps) B (steps, columns) + Y.bias, B read in place: X by rows or
+  // transposed, B by rows or in any layout (detail/operands.hpp: x_rows, x_columns, b_rows, b_padded_rows, b_strided,
+  // y_into, y_added); detail/kernels/products-inl.hpp, times_matrix
+  void (*times_matrix)(const LeftOperand<Scalar>& X, Index steps, const RightOperand<Scalar>& B, Index columns,
+                       const Output<Scalar>& Y);
   // Y (rows, out) += the taps of a 'same' correlation over a chunk of one sequence, tap t's entry (i, o) at
   // B[i * row_stride + t * tap_stride + o * column_stride]: correlate_rows
   void (*correlate_rows)(const Scalar* X, Index ldx, Index rows, Index before, Index after, Index in, Index taps,
@@ -102,12 +96,10 @@ struct Kernels {
   // packed (micro-panels of this level) = the (steps, columns) panel with entry (k, o) at
   // B[k * ldb + o * column_stride]: products-inl.hpp, pack_panel; at most steps * padded_to_packets(columns) elements
   void (*pack_panel)(const Scalar* B, Index ldb, Index column_stride, Index steps, Index columns, Scalar* packed);
-  // Y (rows, columns) (+)= X (rows, steps) B + bias, X = A^T of A (steps, rows) when transposed; B the steps
-  // [first, first + steps) and the first columns of a panel pack_panel packed (depth, stored):
-  // packed_times_matrix_entry
-  void (*packed_times_matrix)(bool accumulate, bool transposed, const Scalar* X, Index ldx, Index rows, Index first,
-                              Index steps, Index columns, const Scalar* packed, Index depth, Index stored,
-                              const Scalar* bias, Scalar* Y, Index ldy);
+  // Y (X.rows, columns) (+)= X (X.rows, steps) B + Y.bias, B the steps from B.first and the first columns of a panel
+  // pack_panel packed (b_packed): products-inl.hpp, packed_times_matrix
+  void (*packed_times_matrix)(const LeftOperand<Scalar>& X, Index steps, const PackedOperand<Scalar>& B, Index columns,
+                              const Output<Scalar>& Y);
   // Columns of pack_panel's micro-panels: a packed panel's columns from a multiple c0 of it on are a panel of their
   // own, at packed + c0 * depth
   Index packed_width;
@@ -139,16 +131,14 @@ struct Kernels {
   Index micro_panel_start(Index column) const { return column / packed_width * packed_width; }
 };
 
-#define ATTEND_KERNELS_OF(level, few_rows)                                                                       \
-  Kernels<Scalar> {                                                                                              \
-    Isa::level, level::Simd<Scalar>::size, &level::rows_times_matrix_entry<Scalar>,                              \
-        &level::transposed_times_matrix_entry<Scalar>, &level::strided_times_matrix_entry<Scalar>,               \
-        &level::correlate_rows<Scalar>, &level::pack_panel<Scalar>, &level::packed_times_matrix_entry<Scalar>,   \
-        level::packed_width<Scalar>, &level::transpose_into<Scalar>, &level::row_max<Scalar>,                    \
-        &level::exp_shifted<Scalar>, &level::online_softmax_rows<Scalar>, &level::softmax_gradient_row<Scalar>,  \
-        &level::softmax_backward_row<Scalar>,                                                                    \
-        &level::masked_softmax_row<Scalar>, &level::masked_softmax_block<Scalar>, &level::tiny_scores<Scalar>,   \
-        few_rows                                                                                                 \
+#define ATTEND_KERNELS_OF(level, few_rows)                                                               \
+  Kernels<Scalar> {                                                                                      \
+    Isa::level, level::Simd<Scalar>::size, &level::times_matrix<Scalar>, &level::correlate_rows<Scalar>, \
+        &level::pack_panel<Scalar>, &level::packed_times_matrix<Scalar>, level::packed_width<Scalar>,    \
+        &level::transpose_into<Scalar>, &level::row_max<Scalar>, &level::exp_shifted<Scalar>,            \
+        &level::online_softmax_rows<Scalar>, &level::softmax_gradient_row<Scalar>,                       \
+        &level::softmax_backward_row<Scalar>, &level::masked_softmax_row<Scalar>,                        \
+        &level::masked_softmax_block<Scalar>, &level::tiny_scores<Scalar>, few_rows                      \
   }
 
 // The table of `isa` (which the CPU must be able to run).

@@ -41,8 +41,8 @@ void times(bool accumulate, const Scalar* A, Index lda, Index m, Index k, const 
   if (m == 0 || n == 0) return;
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
   in_chunks<Scalar>(m, k, n, [&](Index r0, Index rows, Index c0, Index columns) {
-    kernel.rows_times_matrix(accumulate, A + r0 * lda, lda, rows, k, B + c0, ldb, columns, false, nullptr,
-                             C + r0 * ldc + c0, ldc);
+    kernel.times_matrix(x_rows(A + r0 * lda, lda, rows), k, b_rows(B + c0, ldb), columns,
+                        {C + r0 * ldc + c0, ldc, accumulate, nullptr});
   });
 }
 
@@ -59,9 +59,9 @@ void transposed_times(bool accumulate, const Eigen::Ref<const Matrix<Scalar>>& A
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // before the parallel region: it may throw
   in_chunks<Scalar>(C.rows(), A.rows(), C.cols(), [&](Index r0, Index rows, Index c0, Index columns) {
     // rows r0 .. of C: A^T's rows r0 .., A's columns r0 ..; columns c0 .. of C: B's columns c0 ..
-    kernel.transposed_times_matrix(accumulate, A.data() + r0, A.outerStride(), rows, A.rows(), B.data() + c0,
-                                   B.outerStride(), columns, nullptr, C.data() + r0 * C.outerStride() + c0,
-                                   C.outerStride());
+    kernel.times_matrix(x_columns(A.data() + r0, A.outerStride(), rows), A.rows(),
+                        b_rows(B.data() + c0, B.outerStride()), columns,
+                        {C.data() + r0 * C.outerStride() + c0, C.outerStride(), accumulate, nullptr});
   });
 }
 

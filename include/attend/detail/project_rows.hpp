@@ -76,11 +76,12 @@ void project_rows(const Eigen::Ref<const Matrix<Scalar>>& X, std::initializer_li
     const Scalar* bias = p->bias != nullptr ? p->bias + c0 : nullptr;
     Scalar* Y = p->Y + r0 * p->y_stride + c0;  // (n, columns), rows y_stride apart
     if (p->kept != nullptr) {  // W^T (in, out), packed: its columns from c0 on are the panel at c0 * in
-      kernel.packed_times_matrix(false, false, X_r0, X.outerStride(), n, 0, in, columns, p->kept->packed() + c0 * in,
-                                 in, p->out - c0, bias, Y, p->y_stride);
+      kernel.packed_times_matrix(x_rows(X_r0, X.outerStride(), n), in,
+                                 b_packed(p->kept->packed() + c0 * in, in, p->out - c0), columns,
+                                 y_into(Y, p->y_stride, bias));
     } else {  // W^T read from W: its entry (k, o) at W[o * in + k]
-      kernel.strided_times_matrix(false, X_r0, X.outerStride(), n, in, p->W + c0 * in, 1, in, columns, bias, Y,
-                                  p->y_stride);
+      kernel.times_matrix(x_rows(X_r0, X.outerStride(), n), in, b_strided(p->W + c0 * in, 1, in), columns,
+                          y_into(Y, p->y_stride, bias));
     }
   });
 }

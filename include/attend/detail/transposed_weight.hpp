@@ -92,7 +92,8 @@ template <class Scalar>
 void times_transposed(const Scalar* X, Index ldx, Index rows, Index in, const TransposedWeight<Scalar>& weight,
                       Index out, const Scalar* bias, Scalar* Y, Index ldy) {
   const Matrix<Scalar>& Wt = weight.transposed();  // (in, padded out): whole packets readable past `out`
-  kernels<Scalar>().rows_times_matrix(false, X, ldx, rows, in, Wt.data(), Wt.cols(), out, true, bias, Y, ldy);
+  kernels<Scalar>().times_matrix(x_rows(X, ldx, rows), in, b_padded_rows(Wt.data(), Wt.cols()), out,
+                                 y_into(Y, ldy, bias));
 }
 
 }  // namespace detail

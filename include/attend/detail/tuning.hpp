@@ -64,7 +64,7 @@ constexpr Eigen::Index product_panel_depth = 256;
 template <class Scalar>
 constexpr Eigen::Index product_panel_width = 128 * 4 / sizeof(Scalar);  // 512 bytes a row
 
-// Packing a panel of B whose rows lie closer than its columns, neither of them adjacent (strided_times_matrix's general
+// Packing a panel of B whose rows lie closer than its columns, neither of them adjacent (b_strided's general
 // layout, such as one tap of Conv1d's (out, in, k) weight: strides k and k * in), writes this many steps of a
 // micro-panel at a time, at most 64 rows of 256 bytes, so that they stay in L1 while every column is written rather
 // than a whole column's rows being evicted before the next column reaches them (docs/PERFORMANCE.md, "Design

@@ -283,20 +283,20 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, const 
     for (Index r = 0; r < count; ++r)
       for (Index j = 0; j < n; ++j)
         if (P[r * n + j] != Scalar(0))
-          kernel.rows_times_matrix(true, P + r * n + j, 1, 1, 1, Vb + j * V.row_stride, V.row_stride, dv, false,
-                                   nullptr, out + r * dv, dv);
+          kernel.times_matrix(x_rows(P + r * n + j, 1, 1), 1, b_rows(Vb + j * V.row_stride, V.row_stride), dv,
+                              y_added(out + r * dv, dv));
   };
   // The group's heads in turn over the n keys from k0, whose K^T is packed (d rows, the first n of `stored`
   // columns) and their values (depth rows, the keys' from row first); safe: product_safe's answer.
   const auto heads_over = [&](Index k0, Index n, const Scalar* Kt_panel, Index stored, const Scalar* Vp_panel,
                               Index first, Index depth, bool safe) {
     for (Index hh = 0; hh < group; ++hh) {
-      kernel.packed_times_matrix(false, false, Q.at(b, h0 + hh, q0), Q.row_stride, rows, 0, d, n, Kt_panel, d, stored,
-                                 nullptr, S, n);
+      kernel.packed_times_matrix(x_rows(Q.at(b, h0 + hh, q0), Q.row_stride, rows), d, b_packed(Kt_panel, d, stored), n,
+                                 y_into(S, n));
       if (!step(hh, 0, k0, n)) continue;
       if (safe)
-        kernel.packed_times_matrix(true, false, S, n, rows, first, n, dv, Vp_panel, depth, dv, nullptr,
-                                   acc + hh * rows * dv, dv);
+        kernel.packed_times_matrix(x_rows(S, n, rows), n, b_packed(Vp_panel, depth, dv, first), dv,
+                                   y_added(acc + hh * rows * dv, dv));
       else
         add_weighted_values(S, rows, n, V.at(b, g, k0), acc + hh * rows * dv);
     }
@@ -319,8 +319,8 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, const 
     if (rows <= tuning::decode_queries) {
       kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
       for (Index i = 0; i < rows; ++i)  // scores row hh * rows + i: the heads of query row i, lds rows * n
-        kernel.rows_times_matrix(false, Q.at(b, h0, q0 + i), Q.head_stride, group, d, Kt, n, n, false, nullptr,
-                                 S + i * n, rows * n);
+        kernel.times_matrix(x_rows(Q.at(b, h0, q0 + i), Q.head_stride, group), d, b_rows(Kt, n), n,
+                            y_into(S + i * n, rows * n));
       bool every_head = true;
       for (Index hh = 0; hh < group; ++hh) {
         const bool any = step(hh, hh * rows, k0, n);
@@ -329,13 +329,12 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, const 
       if (!safe) {
         add_weighted_values(S, group * rows, n, Vb, acc);
       } else if (every_head) {
-        kernel.rows_times_matrix(true, S, n, group * rows, n, Vb, V.row_stride, dv, false, nullptr, acc, dv);
+        kernel.times_matrix(x_rows(S, n, group * rows), n, b_rows(Vb, V.row_stride), dv, y_added(acc, dv));
       } else {  // the heads with a weight, each alone
         for (Index hh = 0; hh < group; ++hh) {
           const Scalar* P = S + hh * rows * n;  // (rows, n)
           if (std::any_of(P, P + rows * n, [](Scalar w) { return w != Scalar(0); }))
-            kernel.rows_times_matrix(true, P, n, rows, n, Vb, V.row_stride, dv, false, nullptr, acc + hh * rows * dv,
-                                     dv);
+            kernel.times_matrix(x_rows(P, n, rows), n, b_rows(Vb, V.row_stride), dv, y_added(acc + hh * rows * dv, dv));
         }
       }
       continue;
@@ -476,9 +475,9 @@ bool gradient_tile(const Call<Scalar>& call, const Kernels<Scalar>& kernel, cons
   const Index nq = Q.length, H = Q.count, dv = call.values.dim;
   const bool scaled = call.rule.scale_only();
   constexpr Scalar none = -std::numeric_limits<Scalar>::infinity();
-  kernel.packed_times_matrix(false, false, Qs, Q.dim, rows, 0, Q.dim, n, KT, Q.dim, stored, nullptr, P, n);
-  kernel.packed_times_matrix(false, false, dO.at(b, h, q0), dO.row_stride, rows, 0, dv, n, VT, dv, stored, nullptr, dS,
-                             n);
+  kernel.packed_times_matrix(x_rows(Qs, Q.dim, rows), Q.dim, b_packed(KT, Q.dim, stored), n, y_into(P, n));
+  kernel.packed_times_matrix(x_rows(dO.at(b, h, q0), dO.row_stride, rows), dv, b_packed(VT, dv, stored), n,
+                             y_into(dS, n));
   bool any = false;
   for (Index i = 0; i < rows; ++i) {
     Scalar *p = P + i * n, *ds = dS + i * n, *t = T + i * n;
@@ -517,8 +516,9 @@ struct BackwardPlan {
 };
 
 inline BackwardPlan backward_plan(Index batch, Index kv_heads, Index num_keys) {
-  const Index kb = tuning::core_backward_key_rows, blocks = (num_keys + kb - 1) / kb, pairs = batch * kv_heads;
-  return {blocks, std::min(blocks, std::max(Index(1), (tuning::backward_items + pairs - 1) / std::max(pairs, Index(1))))};
+  const Index kb = tuning::core_backward_key_rows, blocks = (num_keys + kb - 1) / kb;
+  const Index pairs = std::max(batch * kv_heads, Index(1));
+  return {blocks, std::min(blocks, std::max(Index(1), (tuning::backward_items + pairs - 1) / pairs))};
 }
 
 // dQ, dK, dV (as Q, K, V) of the attention whose output O and lse (batch, Q, H) the forward pass gave, from dO.
@@ -625,12 +625,12 @@ void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scal
           if (!gradient_tile(call, kernel, dO, lse, deltas, b, h, q0, rows, k0 + c0, m, keys, Qs, KT + c0 * d,
                              VT + c0 * dv, n - c0, P, dS, T))
             continue;
-          kernel.transposed_times_matrix(true, P, m, m, rows, dO.at(b, h, q0), dO.row_stride, dv, nullptr,
-                                         dVb + c0 * dv, dv);
-          kernel.transposed_times_matrix(true, dS, m, m, rows, Qs, d, d, nullptr, dKb + c0 * d, d);
+          kernel.times_matrix(x_columns(P, m, m), rows, b_rows(dO.at(b, h, q0), dO.row_stride), dv,
+                              y_added(dVb + c0 * dv, dv));
+          kernel.times_matrix(x_columns(dS, m, m), rows, b_rows(Qs, d), d, y_added(dKb + c0 * d, d));
           const auto [dq, ldq] = dq_rows(h, q0);
-          kernel.packed_times_matrix(true, false, dS + (a0 - c0), m, rows, a0, end - a0, d, Kp, n, d, nullptr, dq,
-                                     ldq);
+          kernel.packed_times_matrix(x_rows(dS + (a0 - c0), m, rows), end - a0, b_packed(Kp, n, d, a0), d,
+                                     y_added(dq, ldq));
         }
       }
       for (Index j = 0; j < n; ++j) {

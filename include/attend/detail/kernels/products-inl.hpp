@@ -15,7 +15,7 @@
 // then plus its bias: the same bits whatever the number of rows in a call, so whatever the number of threads, and
 // whatever the panels.
 //
-// X may also be given transposed (transposed_times_matrix: Y = A^T B with A (in, rows) as stored): the row blocks
+// X may also be given transposed (times_matrix of x_columns: Y = A^T B with A (in, rows) as stored): the row blocks
 // then broadcast their R entries of a step from one row of A, R consecutive values, and no transposed copy is made.
 // The same multiply-adds in the same order, so the bits of a product with A^T copied out first.
 
@@ -401,17 +401,6 @@ void rows_times_matrix(const Scalar* X, Index ldx, Index rows, Index in, const S
   panels_times_matrix<Accumulate, false>(packs, X, ldx, rows, in, B, ldb, 1, out, padded, bias, Y, ldy);
 }
 
-// The same with `accumulate` a run-time flag: the form the dispatch table holds.
-template <class Scalar>
-void rows_times_matrix_entry(bool accumulate, const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B,
-                             Index ldb, Index out, bool padded, const Scalar* bias, Scalar* Y, Index ldy) {
-  if (accumulate) {
-    rows_times_matrix<true>(X, ldx, rows, in, B, ldb, out, padded, bias, Y, ldy);
-  } else {
-    rows_times_matrix<false>(X, ldx, rows, in, B, ldb, out, padded, bias, Y, ldy);
-  }
-}
-
 // Y (rows, columns) (+)= X (rows, steps) B + bias, B the steps [first, first + steps) and the first columns of a panel
 // that pack_panel packed on this level, `depth` steps deep and `stored` columns wide: an operand packed once and read
 // by many products (a kept W^T, the core's K^T and V blocks, a head's K^T, K, V^T, V, Q or dO on the direct
@@ -452,50 +441,57 @@ void packed_product(bool accumulate, const Scalar* X, Index ldx, Index rows, Ind
   }
 }
 
-// The same with `transposed` a run-time flag: the form the dispatch table holds.
+// The table's entry: Y (X.rows, columns) (+)= X (X.rows, steps) B (the steps from B.first, the first columns of a
+// packed panel) + Y.bias (detail/operands.hpp).
 template <class Scalar>
-void packed_times_matrix_entry(bool accumulate, bool transposed, const Scalar* X, Index ldx, Index rows, Index first,
-                               Index steps, Index columns, const Scalar* packed, Index depth, Index stored,
-                               const Scalar* bias, Scalar* Y, Index ldy) {
-  if (transposed) {
-    packed_product<true>(accumulate, X, ldx, rows, first, steps, columns, packed, depth, stored, bias, Y, ldy);
+void packed_times_matrix(const LeftOperand<Scalar>& X, Index steps, const PackedOperand<Scalar>& B, Index columns,
+                         const Output<Scalar>& Y) {
+  if (X.transposed) {
+    packed_product<true>(Y.accumulate, X.data, X.stride, X.rows, B.first, steps, columns, B.data, B.depth, B.stored,
+                         Y.bias, Y.data, Y.stride);
   } else {
-    packed_product<false>(accumulate, X, ldx, rows, first, steps, columns, packed, depth, stored, bias, Y, ldy);
+    packed_product<false>(Y.accumulate, X.data, X.stride, X.rows, B.first, steps, columns, B.data, B.depth, B.stored,
+                          Y.bias, Y.data, Y.stride);
   }
 }
 
-// Y (rows, out) = A^T B + bias, or Y += A^T B + bias when accumulate: A (in, rows), rows lda apart, read in place
-// (X = A^T); B (in, out), rows ldb apart, rows ending at `out`; Y rows ldy apart; bias (out) or null. Always through
-// packed panels, whatever the number of rows (the in-place path reads X by rows). The bits of rows_times_matrix on a
-// copy of A^T. With in = 0: Y = bias (0 without one), or Y += bias when accumulating.
+// The table's entry: Y (X.rows, columns) (+)= X (X.rows, steps) B (steps, columns) + Y.bias, B read in place
+// (detail/operands.hpp). X by rows and B by rows: rows_times_matrix (in place for few rows, packed panels for many).
+// X transposed (A^T, A read in place) or B in another layout (W^T read from W, a tap of Conv1d's weight): always
+// through packed panels, since the in-place path reads X and B by rows; the bits of rows_times_matrix on a copy of
+// A^T or a row-major copy of B. With steps = 0: Y = bias (0 without one), or Y += bias when accumulating; X and B
+// are then never read.
 template <class Scalar>
-void transposed_times_matrix_entry(bool accumulate, const Scalar* A, Index lda, Index rows, Index in, const Scalar* B,
-                                   Index ldb, Index out, const Scalar* bias, Scalar* Y, Index ldy) {
-  if (rows == 0) return;
-  if (accumulate) {
-    panels_times_matrix<true, true>(true, A, lda, rows, in, B, ldb, 1, out, false, bias, Y, ldy);
+void times_matrix(const LeftOperand<Scalar>& X, Index steps, const RightOperand<Scalar>& B, Index columns,
+                  const Output<Scalar>& Y) {
+  if (!X.transposed && B.column_stride == 1) {
+    if (Y.accumulate) {
+      rows_times_matrix<true>(X.data, X.stride, X.rows, steps, B.data, B.row_stride, columns, B.padded, Y.bias, Y.data,
+                              Y.stride);
+    } else {
+      rows_times_matrix<false>(X.data, X.stride, X.rows, steps, B.data, B.row_stride, columns, B.padded, Y.bias, Y.data,
+                               Y.stride);
+    }
+    return;
+  }
+  if (X.rows == 0) return;
+  const auto run = [&](auto accumulate, auto transposed) {
+    panels_times_matrix<decltype(accumulate)::value, decltype(transposed)::value>(
+        true, X.data, X.stride, X.rows, steps, B.data, B.row_stride, B.column_stride, columns, B.padded, Y.bias, Y.data,
+        Y.stride);
+  };
+  using yes = std::true_type;
+  using no = std::false_type;
+  if (Y.accumulate && X.transposed) {
+    run(yes{}, yes{});
+  } else if (Y.accumulate) {
+    run(yes{}, no{});
+  } else if (X.transposed) {
+    run(no{}, yes{});
   } else {
-    panels_times_matrix<false, true>(true, A, lda, rows, in, B, ldb, 1, out, false, bias, Y, ldy);
+    run(no{}, no{});
   }
 }
-
-// Y (rows, out) = X B + bias, or Y += X B + bias when accumulate, with B's entry (k, o) at
-// B[k * row_stride + o * column_stride]: a matrix read in place in any layout (W^T from W; one tap of a Conv1d
-// (out, in, k) weight, strides k and in * k), never copied whole. X rows ldx apart, Y rows ldy apart; bias (out) or
-// null. Always through packed panels; the bits of rows_times_matrix on a row-major copy of B. With in = 0: Y = bias
-// (0 without one), or Y += bias when accumulating.
-template <class Scalar>
-void strided_times_matrix_entry(bool accumulate, const Scalar* X, Index ldx, Index rows, Index in, const Scalar* B,
-                                Index row_stride, Index column_stride, Index out, const Scalar* bias, Scalar* Y,
-                                Index ldy) {
-  if (rows == 0) return;
-  if (accumulate) {
-    panels_times_matrix<true, false>(true, X, ldx, rows, in, B, row_stride, column_stride, out, false, bias, Y, ldy);
-  } else {
-    panels_times_matrix<false, false>(true, X, ldx, rows, in, B, row_stride, column_stride, out, false, bias, Y, ldy);
-  }
-}
-
 
 // ---- the taps of a 'same' correlation: Conv1d's forward pass and its input gradient --------------------------------
 //
