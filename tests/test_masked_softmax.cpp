@@ -407,10 +407,13 @@ TEMPLATE_TEST_CASE("masked_softmax_block gives every row the bits of masked_soft
     for (Index q = 0; q < num_queries; ++q)
       kernel.masked_softmax_row(&by_rows(q, 0), num_keys, mask.visible_keys(0, q, num_queries, num_keys),
                                 mask.fully_masked());
-    kernel.masked_softmax_block(block.data(), num_queries, num_keys, num_keys, mask, 0, 0, num_queries, TestType(1));
-    auto view = wide.leftCols(num_keys);  // the same scores, rows num_keys + 3 apart
-    kernel.masked_softmax_block(view.data(), num_queries, num_keys, view.outerStride(), mask, 0, 0, num_queries,
+    std::vector<attend::VisibleKeys> keys;  // (queries)
+    for (Index q = 0; q < num_queries; ++q) keys.push_back(mask.visible_keys(0, q, num_queries, num_keys));
+    kernel.masked_softmax_block(block.data(), num_queries, num_keys, num_keys, keys.data(), mask.fully_masked(),
                                 TestType(1));
+    auto view = wide.leftCols(num_keys);  // the same scores, rows num_keys + 3 apart
+    kernel.masked_softmax_block(view.data(), num_queries, num_keys, view.outerStride(), keys.data(),
+                                mask.fully_masked(), TestType(1));
     // Bit for bit, but a NaN matches any NaN: its sign and payload depend on the order of an instruction's operands,
     // which the compiler may swap in a commutative multiply.
     const auto same = [](TestType a, TestType b) { return std::isnan(a) ? std::isnan(b) : bits_of(a) == bits_of(b); };

@@ -29,6 +29,7 @@ using attend::Index;
 using attend::Matrix;
 using attend::Tensor3;
 using attend::Vector;
+using attend::detail::b_columns;
 using attend::detail::b_packed;
 using attend::detail::b_padded_rows;
 using attend::detail::b_rows;
@@ -412,9 +413,9 @@ TEMPLATE_TEST_CASE("packed_times_matrix over part of a panel pack_panel packed g
   attend::detail::PacketBuffer<TestType> packed;
   packed.resize(depth * attend::detail::padded_to_packets<TestType>(stored));
   if (by_rows) {
-    kernel.pack_panel(B.data(), stored, 1, depth, stored, packed.data());
+    kernel.pack_panel(b_rows(B.data(), stored), depth, stored, packed.data());
   } else {
-    kernel.pack_panel(Bt.data(), 1, depth, depth, stored, packed.data());
+    kernel.pack_panel(b_columns(Bt.data(), depth), depth, stored, packed.data());
   }
   const Matrix<TestType> X = random_matrix<TestType>(rows, steps + 2, 42);  // (rows, steps + 2)
   Matrix<TestType> A = Matrix<TestType>::Zero(steps, rows + 3);             // (steps, rows + 3): X^T, and 3 more

@@ -222,11 +222,9 @@ class Conv1d : public Module, public detail::WithParameters<Conv1d<Scalar>, Scal
     detail::parallel_for(batch * chunks, static_cast<double>(batch * steps) * per_row, [&](Index item, int) {
       const Index b = item / chunks, s0 = item % chunks * detail::rows_per_chunk;
       const Index rows = std::min(detail::rows_per_chunk, steps - s0);
-      Eigen::Map<Matrix<Scalar>> Yc(Y.data() + (b * steps + s0) * n, rows, n);  // (rows, n)
-      Yc.setZero();
-      kernel.correlate_rows(X.data() + (b * steps + s0) * m, m, rows, s0, steps - s0 - rows, m, k, left, taps.data,
-                            taps.row_stride, taps.tap_stride, taps.column_stride, n, Yc.data(), n);
-      if (bias != nullptr) Yc.rowwise() += Eigen::Map<const Eigen::Matrix<Scalar, 1, Eigen::Dynamic>>(bias, n);
+      const detail::SequenceRows<Scalar> chunk{X.data() + (b * steps + s0) * m, m, rows, s0, steps - s0 - rows};
+      const detail::TapsOperand<Scalar> B{taps.data, taps.row_stride, taps.tap_stride, taps.column_stride, k, left};
+      kernel.correlate_rows(chunk, m, B, n, detail::y_into(Y.data() + (b * steps + s0) * n, n, bias));
     });
   }
 

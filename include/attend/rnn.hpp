@@ -137,7 +137,7 @@ class RNN : public Module, public detail::WithParameters<RNN<Scalar>, Scalar> {
     const detail::Kernels<Scalar>& kernel = detail::kernels<Scalar>();
     detail::PacketBuffer<Scalar> recurrent;  // W_hh^T (hidden, hidden), packed: entry (k, o) at W_hh[o * hidden + k]
     recurrent.resize(hidden * detail::padded_to_packets<Scalar>(hidden));
-    kernel.pack_panel(weight_hh_.data(), 1, hidden, hidden, hidden, recurrent.data());
+    kernel.pack_panel(detail::b_columns(weight_hh_.data(), hidden), hidden, hidden, recurrent.data());
     const Index ld = steps * hidden;  // between batch rows of a step's view
     Eigen::Map<Matrix<Scalar>> rows(H.data(), batch, ld);  // (batch, steps * hidden)
     for (Index t = 0; t < steps; ++t) {

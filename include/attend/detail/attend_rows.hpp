@@ -182,9 +182,10 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
     const auto Kg = K.head(b, g), Vg = V.head(b, g);  // (keys, d), (keys, dv)
     values_finite[static_cast<std::size_t>(kv_pair)] = mask.empty() || all_finite(Vg);
     if (!tiny)
-      kernel.pack_panel(Kg.data(), 1, Kg.outerStride(), d, num_keys, packed_keys.data() + kv_pair * keys_panel);
+      kernel.pack_panel(b_columns(Kg.data(), Kg.outerStride()), d, num_keys, packed_keys.data() + kv_pair * keys_panel);
     if (pack_values)
-      kernel.pack_panel(Vg.data(), Vg.outerStride(), 1, num_keys, dv, packed_values.data() + kv_pair * values_panel);
+      kernel.pack_panel(b_rows(Vg.data(), Vg.outerStride()), num_keys, dv,
+                        packed_values.data() + kv_pair * values_panel);
   });
   parallel_for(batch * num_heads * blocks, static_cast<double>(weights.size()) * static_cast<double>(d + dv),
                [&](Index item, int thread) {
@@ -195,19 +196,21 @@ void scaled_dot_product_heads(const Heads<const Scalar>& Q, const Heads<const Sc
     const auto Vh = V.head(b, h / group);                // (keys, dv)
     auto scores = slice(weights, bh).middleRows(q0, rows);  // (rows, keys)
     auto out = output.head(b, h).middleRows(q0, rows);   // (rows, dv)
+    VisibleKeys keys[tuning::direct_block_rows];         // (rows): each row's visible keys, resolved once here
+    for (Index i = 0; i < rows; ++i) keys[i] = mask.visible_keys(b, q0 + i, num_queries, num_keys);
     if (tiny) {  // scaled here
       kernel.tiny_scores(Qh.data(), Qh.outerStride(), Kh.data(), Kh.outerStride(), rows, num_keys, d, scale,
                          scores.data(), scores.outerStride());
     } else {  // Q_h K_g^T, scaled by the softmax's first pass over each row, as d2l's bmm(Q, K^T) / sqrt(d)
       // Only the scores of keys some row sees, from the micro-panel of K^T that holds the first of them on; the
       // softmax writes the masked score over the others before it reads a row.
-      const BlockKeys block = block_keys(mask, b, q0, rows, num_queries, num_keys);
+      const BlockKeys block = block_keys(rows, num_keys, mask.fully_masked(), [&](Index i) { return keys[i]; });
       const Index first = kernel.micro_panel_start(block.first);
       kernel.packed_times_matrix(x_rows(Qh.data(), Qh.outerStride(), rows), d,
                                  b_packed(packed_keys.data() + kv_pair * keys_panel + first * d, d, num_keys - first),
                                  block.last - first, y_into(scores.data() + first, scores.outerStride()));
     }
-    kernel.masked_softmax_block(scores.data(), rows, num_keys, scores.outerStride(), mask, b, q0, num_queries,
+    kernel.masked_softmax_block(scores.data(), rows, num_keys, scores.outerStride(), keys, mask.fully_masked(),
                                 tiny ? Scalar(1) : scale);
     const bool finite_values = values_finite[static_cast<std::size_t>(kv_pair)] != 0;
     const bool* finite = &finite_values;

@@ -146,16 +146,16 @@ void scaled_dot_product_heads_backward(const Heads<const Scalar>& Q, const Heads
     const auto Kg = K.head(b, g), Vg = V.head(b, g);  // (keys, d), (keys, dv)
     dK.head(b, g).setZero();
     dV.head(b, g).setZero();
-    kernel.pack_panel(Vg.data(), 1, Vg.outerStride(), dv, num_keys, s.VT.data());
-    kernel.pack_panel(Kg.data(), Kg.outerStride(), 1, num_keys, d, s.K.data());
+    kernel.pack_panel(b_columns(Vg.data(), Vg.outerStride()), dv, num_keys, s.VT.data());
+    kernel.pack_panel(b_rows(Kg.data(), Kg.outerStride()), num_keys, d, s.K.data());
     for (Index q = 0; q < num_queries; ++q)
       s.rows[static_cast<std::size_t>(q)] = mask.visible_keys(b, q, num_queries, num_keys);
   };
   // Query head h of batch row b begins: Q_h and dO_h packed into s.
   const auto begin_query_head = [&](AttentionBackwardScratch<Scalar>& s, Index b, Index h) {
     const auto Qh = Q.head(b, h), dOh = dO.head(b, h);  // (queries, d), (queries, dv)
-    kernel.pack_panel(Qh.data(), Qh.outerStride(), 1, num_queries, d, s.Q.data());
-    kernel.pack_panel(dOh.data(), dOh.outerStride(), 1, num_queries, dv, s.dO.data());
+    kernel.pack_panel(b_rows(Qh.data(), Qh.outerStride()), num_queries, d, s.Q.data());
+    kernel.pack_panel(b_rows(dOh.data(), dOh.outerStride()), num_queries, dv, s.dO.data());
   };
   // P~ of pair `pair`: the kept weights, or with dropout their copy into `into` with the dropped ones 0.
   const auto dropped_weights = [&](Index pair, PacketMatrix<Scalar>& into) -> const Scalar* {

@@ -84,18 +84,17 @@ struct Kernels {
   Isa isa;
   Index packet_size;  // the level's packet: Scalars a register holds
   // Y (X.rows, columns) (+)= X (X.rows, steps) B (steps, columns) + Y.bias, B read in place: X by rows or
-  // transposed, B by rows or in any layout (detail/operands.hpp: x_rows, x_columns, b_rows, b_padded_rows, b_strided,
-  // y_into, y_added); detail/kernels/products-inl.hpp, times_matrix
+  // transposed, B by rows or in any layout (detail/operands.hpp: x_rows, x_columns, b_rows, b_padded_rows, b_columns,
+  // b_strided, y_into, y_added); detail/kernels/products-inl.hpp, times_matrix
   void (*times_matrix)(const LeftOperand<Scalar>& X, Index steps, const RightOperand<Scalar>& B, Index columns,
                        const Output<Scalar>& Y);
-  // Y (rows, out) += the taps of a 'same' correlation over a chunk of one sequence, tap t's entry (i, o) at
-  // B[i * row_stride + t * tap_stride + o * column_stride]: correlate_rows
-  void (*correlate_rows)(const Scalar* X, Index ldx, Index rows, Index before, Index after, Index in, Index taps,
-                         Index left, const Scalar* B, Index row_stride, Index tap_stride, Index column_stride,
-                         Index out, Scalar* Y, Index ldy);
-  // packed (micro-panels of this level) = the (steps, columns) panel with entry (k, o) at
-  // B[k * ldb + o * column_stride]: products-inl.hpp, pack_panel; at most steps * padded_to_packets(columns) elements
-  void (*pack_panel)(const Scalar* B, Index ldb, Index column_stride, Index steps, Index columns, Scalar* packed);
+  // Y (X.rows, columns) (+)= the taps of a 'same' correlation over a chunk of one sequence (X.rows by `steps`
+  // channels) + Y.bias: products-inl.hpp, correlate_rows
+  void (*correlate_rows)(const SequenceRows<Scalar>& X, Index steps, const TapsOperand<Scalar>& B, Index columns,
+                         const Output<Scalar>& Y);
+  // packed (micro-panels of this level) = B's (steps, columns) panel (b_rows, b_columns or b_strided):
+  // products-inl.hpp, pack_panel; at most steps * padded_to_packets(columns) elements
+  void (*pack_panel)(const RightOperand<Scalar>& B, Index steps, Index columns, Scalar* packed);
   // Y (X.rows, columns) (+)= X (X.rows, steps) B + Y.bias, B the steps from B.first and the first columns of a panel
   // pack_panel packed (b_packed): products-inl.hpp, packed_times_matrix
   void (*packed_times_matrix)(const LeftOperand<Scalar>& X, Index steps, const PackedOperand<Scalar>& B, Index columns,
@@ -108,17 +107,16 @@ struct Kernels {
   Scalar (*row_max)(const Scalar* row, Index n);
   Scalar (*exp_shifted)(Scalar* row, Index n, Scalar m);
   // the online softmax's step over a block of keys for a block of rows: online_softmax_rows
-  bool (*online_softmax_rows)(Scalar* S, Index rows, Index n, Index ld, Scalar scale, Scalar* m, Scalar* l, Scalar* acc,
-                              Index ldacc, Index dv);
+  bool (*online_softmax_rows)(Scalar* S, Index rows, Index n, Index ld, Scalar scale, const OnlineRows<Scalar>& state);
   // dp = p (dp - D), 0 where p is 0: softmax_gradient_row
   void (*softmax_gradient_row)(const Scalar* p, Scalar* dp, Index n, Scalar D);
   // dx = (y (dy - s)) scale on the keys the row sees, 0 elsewhere, s = sum y dy over them: softmax_backward_row
   void (*softmax_backward_row)(const Scalar* y, const Scalar* dy, Scalar* dx, Index num_keys, const VisibleKeys& keys,
                                Scalar scale);
   void (*masked_softmax_row)(Scalar* row, Index num_keys, const VisibleKeys& keys, FullyMasked rule);
-  // rows q0 .. q0 + rows - 1 of a (num_queries, num_keys) matrix of scores: each times scale, then masked_softmax_row
-  void (*masked_softmax_block)(Scalar* scores, Index rows, Index num_keys, Index stride, const Mask& mask, Index b,
-                               Index q0, Index num_queries, Scalar scale);
+  // a block of rows of scores, row q seeing keys[q]: each times scale, then masked_softmax_row
+  void (*masked_softmax_block)(Scalar* scores, Index rows, Index num_keys, Index stride, const VisibleKeys* keys,
+                               FullyMasked rule, Scalar scale);
   void (*tiny_scores)(const Scalar* Q, Index ldq, const Scalar* K, Index ldk, Index num_queries, Index num_keys,
                       Index d, Scalar scale, Scalar* scores, Index lds);
   // For each of `count` projections, Y (rows <= tuning::few_rows, out) = X W^T + bias reading W (out, in) in place,
@@ -131,14 +129,14 @@ struct Kernels {
   Index micro_panel_start(Index column) const { return column / packed_width * packed_width; }
 };
 
-#define ATTEND_KERNELS_OF(level, few_rows)                                                               \
-  Kernels<Scalar> {                                                                                      \
-    Isa::level, level::Simd<Scalar>::size, &level::times_matrix<Scalar>, &level::correlate_rows<Scalar>, \
-        &level::pack_panel<Scalar>, &level::packed_times_matrix<Scalar>, level::packed_width<Scalar>,    \
-        &level::transpose_into<Scalar>, &level::row_max<Scalar>, &level::exp_shifted<Scalar>,            \
-        &level::online_softmax_rows<Scalar>, &level::softmax_gradient_row<Scalar>,                       \
-        &level::softmax_backward_row<Scalar>, &level::masked_softmax_row<Scalar>,                        \
-        &level::masked_softmax_block<Scalar>, &level::tiny_scores<Scalar>, few_rows                      \
+#define ATTEND_KERNELS_OF(level, few_rows)                                                                   \
+  Kernels<Scalar> {                                                                                          \
+    Isa::level, level::Simd<Scalar>::size, &level::times_matrix<Scalar>, &level::correlate_operands<Scalar>, \
+        &level::pack_operand<Scalar>, &level::packed_times_matrix<Scalar>, level::packed_width<Scalar>,      \
+        &level::transpose_into<Scalar>, &level::row_max<Scalar>, &level::exp_shifted<Scalar>,                \
+        &level::online_softmax_rows<Scalar>, &level::softmax_gradient_row<Scalar>,                           \
+        &level::softmax_backward_row<Scalar>, &level::masked_softmax_row<Scalar>,                            \
+        &level::masked_softmax_block<Scalar>, &level::tiny_scores<Scalar>, few_rows                          \
   }
 
 // The table of `isa` (which the CPU must be able to run).

@@ -80,7 +80,7 @@ void project_rows(const Eigen::Ref<const Matrix<Scalar>>& X, std::initializer_li
                                  b_packed(p->kept->packed() + c0 * in, in, p->out - c0), columns,
                                  y_into(Y, p->y_stride, bias));
     } else {  // W^T read from W: its entry (k, o) at W[o * in + k]
-      kernel.times_matrix(x_rows(X_r0, X.outerStride(), n), in, b_strided(p->W + c0 * in, 1, in), columns,
+      kernel.times_matrix(x_rows(X_r0, X.outerStride(), n), in, b_columns(p->W + c0 * in, in), columns,
                           y_into(Y, p->y_stride, bias));
     }
   });

@@ -4,9 +4,10 @@
 // (additive_attention.hpp) all run on these.
 #pragma once
 
+#include <algorithm>
 #include <attend/config.hpp>
-
 #include <attend/detail/kernels.hpp>
+#include <attend/detail/tuning.hpp>
 #include <attend/mask.hpp>
 #include <attend/tensor.hpp>
 
@@ -49,9 +50,17 @@ template <class Derived>
 void masked_softmax_block(Eigen::MatrixBase<Derived>& scores, const Mask& mask, Index b) {
   using Scalar = typename Derived::Scalar;
   static_assert(static_cast<int>(Derived::IsRowMajor) == 1, "scores must be row-major");
-  if (scores.rows() == 0 || scores.cols() == 0) return;  // no row to point into
-  kernels<Scalar>().masked_softmax_block(&scores.derived().coeffRef(0, 0), scores.rows(), scores.cols(),
-                                         scores.derived().outerStride(), mask, b, 0, scores.rows(), Scalar(1));
+  const Index rows = scores.rows(), num_keys = scores.cols();
+  if (rows == 0 || num_keys == 0) return;  // no row to point into
+  const Kernels<Scalar>& kernel = kernels<Scalar>();
+  // In blocks of direct_block_rows rows, each row's visible keys resolved once; the bits do not depend on the blocks.
+  VisibleKeys keys[tuning::direct_block_rows];
+  for (Index q0 = 0; q0 < rows; q0 += tuning::direct_block_rows) {
+    const Index count = std::min(tuning::direct_block_rows, rows - q0);
+    for (Index i = 0; i < count; ++i) keys[i] = mask.visible_keys(b, q0 + i, rows, num_keys);
+    kernel.masked_softmax_block(&scores.derived().coeffRef(q0, 0), count, num_keys, scores.derived().outerStride(),
+                                keys, mask.fully_masked(), Scalar(1));
+  }
 }
 
 }  // namespace detail

@@ -62,7 +62,7 @@ class TransposedWeight {
     packed_valid_ = false;
     const Index in = transposed_.rows(), out = source_out_;
     packed_.resize(in * transposed_.cols());
-    kernel.pack_panel(transposed_.data(), transposed_.cols(), 1, in, out, packed_.data());
+    kernel.pack_panel(b_rows(transposed_.data(), transposed_.cols()), in, out, packed_.data());
     packed_isa_ = kernel.isa;
     packed_valid_ = true;
   }

@@ -187,7 +187,7 @@ bool online_rows(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Scalar
   for (Index i = 0; i < rows; ++i) prepare_row(call, S + i * n, n, k0, lo, hi, keys[i], b, h, q0 + i);
   const Scalar scale = call.rule.scale_only() ? call.rule.scale : Scalar(1);
   const Index dv = call.values.dim;
-  if (!kernel.online_softmax_rows(S, rows, n, n, scale, m, l, acc, dv, dv)) return false;
+  if (!kernel.online_softmax_rows(S, rows, n, n, scale, {m, l, acc, dv, dv})) return false;
   if (call.dropout.active())
     for (Index i = 0; i < rows; ++i) call.dropout.apply(S + i * n, n, b * call.queries.count + h, q0 + i, k0);
   return true;
@@ -339,8 +339,8 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, const 
       }
       continue;
     }
-    kernel.pack_panel(K.at(b, g, k0), 1, K.row_stride, d, n, Kt);  // K^T (d, n): entry (c, j) at K[j][c]
-    if (safe) kernel.pack_panel(Vb, V.row_stride, 1, n, dv, Vp);
+    kernel.pack_panel(b_columns(K.at(b, g, k0), K.row_stride), d, n, Kt);  // K^T (d, n): entry (c, j) at K[j][c]
+    if (safe) kernel.pack_panel(b_rows(Vb, V.row_stride), n, dv, Vp);
     heads_over(k0, n, Kt, n, Vp, 0, n, safe);
   }
 }
@@ -395,8 +395,8 @@ void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Bu
     parallel_for(B * G * packed.panels, static_cast<double>(B * G) * nk * (Q.dim + dv), [&](Index item, int) {
       const Index t = item % packed.panels, pair = item / packed.panels, b = pair / G, g = pair % G;
       const Index k0 = t * kb, n = std::min(kb, nk - k0);
-      kernel.pack_panel(K.at(b, g, k0), 1, K.row_stride, Q.dim, n, keys_packed + item * packed.key_size);
-      kernel.pack_panel(V.at(b, g, k0), V.row_stride, 1, n, dv, values_packed + item * packed.value_size);
+      kernel.pack_panel(b_columns(K.at(b, g, k0), K.row_stride), Q.dim, n, keys_packed + item * packed.key_size);
+      kernel.pack_panel(b_rows(V.at(b, g, k0), V.row_stride), n, dv, values_packed + item * packed.value_size);
     });
   }
   parallel_for(pieces, work, [&](Index piece, int thread) {
@@ -586,9 +586,9 @@ void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scal
     };
     for (Index t = split; t < plan.key_blocks; t += plan.splits) {
       const Index k0 = t * kb, n = std::min(kb, nk - k0);
-      kernel.pack_panel(K.at(b, g, k0), 1, K.row_stride, d, n, KT);   // K^T (d, n)
-      kernel.pack_panel(V.at(b, g, k0), 1, V.row_stride, dv, n, VT);  // V^T (dv, n)
-      kernel.pack_panel(K.at(b, g, k0), K.row_stride, 1, n, d, Kp);   // K (n, d)
+      kernel.pack_panel(b_columns(K.at(b, g, k0), K.row_stride), d, n, KT);   // K^T (d, n)
+      kernel.pack_panel(b_columns(V.at(b, g, k0), V.row_stride), dv, n, VT);  // V^T (dv, n)
+      kernel.pack_panel(b_rows(K.at(b, g, k0), K.row_stride), n, d, Kp);      // K (n, d)
       std::fill(dKb, dKb + n * d, Scalar(0));
       std::fill(dVb, dVb + n * dv, Scalar(0));
       for (Index qblock = 0; qblock < query_blocks; ++qblock) {

@@ -401,6 +401,12 @@ void rows_times_matrix(const Scalar* X, Index ldx, Index rows, Index in, const S
   panels_times_matrix<Accumulate, false>(packs, X, ldx, rows, in, B, ldb, 1, out, padded, bias, Y, ldy);
 }
 
+// The table's entry: pack_panel of a right operand (detail/operands.hpp; its `padded` does not matter here).
+template <class Scalar>
+void pack_operand(const RightOperand<Scalar>& B, Index steps, Index columns, Scalar* packed) {
+  pack_panel(B.data, B.row_stride, B.column_stride, steps, columns, packed);
+}
+
 // Y (rows, columns) (+)= X (rows, steps) B + bias, B the steps [first, first + steps) and the first columns of a panel
 // that pack_panel packed on this level, `depth` steps deep and `stored` columns wide: an operand packed once and read
 // by many products (a kept W^T, the core's K^T and V blocks, a head's K^T, K, V^T, V, Q or dO on the direct
@@ -657,4 +663,18 @@ void correlate_rows(const Scalar* X, Index ldx, Index rows, Index before, Index 
       }
     }
   }
+}
+
+// The table's entry: Y (X.rows, columns) = the correlation + Y.bias, or Y += it (detail/operands.hpp); the bias is
+// added last, after every tap.
+template <class Scalar>
+void correlate_operands(const SequenceRows<Scalar>& X, Index steps, const TapsOperand<Scalar>& B, Index columns,
+                        const Output<Scalar>& Y) {
+  if (!Y.accumulate)
+    for (Index r = 0; r < X.rows; ++r) std::fill(Y.data + r * Y.stride, Y.data + r * Y.stride + columns, Scalar(0));
+  correlate_rows(X.data, X.stride, X.rows, X.before, X.after, steps, B.count, B.left, B.data, B.row_stride,
+                 B.tap_stride, B.column_stride, columns, Y.data, Y.stride);
+  if (Y.bias != nullptr)
+    for (Index r = 0; r < X.rows; ++r)
+      for (Index o = 0; o < columns; ++o) Y.data[r * Y.stride + o] += Y.bias[o];
 }

@@ -86,13 +86,15 @@ Scalar exp_shifted(Scalar* row, Index n, Scalar m) {
 // row does not see already -inf. For each row r: every score times scale; M = its maximum; when M is -inf (the row
 // sees none of these keys) the row becomes 0 and nothing else changes (but a NaN among its scores makes l[r] NaN, as
 // a softmax over the whole row would be); otherwise m' = max(m[r], M), a = exp(m[r] - m'), S_r = exp(S_r - m') (0
-// for a hidden key), l[r] = a l[r] + sum S_r, acc row r (dv, rows ldacc apart) times a, m[r] = m'. Returns whether
+// for a hidden key), l[r] = a l[r] + sum S_r, acc row r (dv, rows ldacc apart) times a, m[r] = m' (m, l, acc, ldacc
+// and dv: state's max, sum, acc, acc_stride and value_dim, detail/operands.hpp). Returns whether
 // some row saw a key. In chunks of online_chunk rows: their factors a as packets of exp, and, for blocks of whole
 // packets, their sums reduced together (Simd::reduce_add_rows, the bits reduce_add gives each row).
 constexpr Index online_chunk = 16;
 template <class Scalar>
-bool online_softmax_rows(Scalar* S, Index rows, Index n, Index ld, Scalar scale, Scalar* m, Scalar* l, Scalar* acc,
-                         Index ldacc, Index dv) {
+bool online_softmax_rows(Scalar* S, Index rows, Index n, Index ld, Scalar scale, const OnlineRows<Scalar>& state) {
+  Scalar *const m = state.max, *const l = state.sum, *const acc = state.acc;
+  const Index ldacc = state.acc_stride, dv = state.value_dim;
   using Sd = Simd<Scalar>;
   constexpr Index size = Sd::size;
   constexpr Scalar none = -std::numeric_limits<Scalar>::infinity();
@@ -235,10 +237,10 @@ void scale_visible(Scalar* row, Index num_keys, const VisibleKeys& keys, Scalar 
   if (scale != Scalar(1)) scale_row(row + first, last - first, scale, row + first);
 }
 
-// Rows q0 .. q0 + rows - 1 of a (num_queries, keys) matrix of scores, as a block whose rows lie `stride` apart, in
-// place, each first multiplied by scale (the scores' factor, 1 / sqrt(d) on the direct path: one pass over a row while
-// it is in cache) where the row sees its keys; the matrix belongs to batch row b of the mask, whose shape the caller
-// checked (Mask::require_shape). The scores of keys a row does not see are never read: they may hold anything.
+// A block of `rows` rows of scores, rows `stride` apart, in place, each first multiplied by scale (the scores' factor,
+// 1 / sqrt(d) on the direct path: one pass over a row while it is in cache) where the row sees its keys; row q sees
+// keys[q] (the mask resolved by the caller), and a row that sees none follows `rule`. The scores of keys a row does not
+// see are never read: they may hold anything.
 // Rows shorter than a packet (the seed's have 4 keys), when the block is contiguous, go through steps 0 and 1 of
 // masked_softmax_row row by row, storing row[j] - m in place, then step 2 as one pass of packets over the whole block,
 // then step 3 row by row: one exp for every packet of the block, not one per row, each a chain of dependent
@@ -247,23 +249,21 @@ void scale_visible(Scalar* row, Index num_keys, const VisibleKeys& keys, Scalar 
 // packet. A row that the FullyMasked::zero rule empties is filled with -inf, whose exp is 0, and keeps that 0 (every
 // other row's sum is at least exp(0) = 1, or NaN).
 template <class Scalar>
-void masked_softmax_block(Scalar* scores, Index rows, Index num_keys, Index stride, const Mask& mask, Index b, Index q0,
-                          Index num_queries, Scalar scale) {
+void masked_softmax_block(Scalar* scores, Index rows, Index num_keys, Index stride, const VisibleKeys* keys,
+                          FullyMasked rule, Scalar scale) {
   if (num_keys == 0 || rows == 0) return;  // nothing to normalise (and no row to point into)
   if (num_keys >= Simd<Scalar>::size || rows == 1 || stride != num_keys) {
     for (Index q = 0; q < rows; ++q) {
       Scalar* row = scores + q * stride;
-      const VisibleKeys keys = mask.visible_keys(b, q0 + q, num_queries, num_keys);
-      scale_visible(row, num_keys, keys, scale);
-      masked_softmax_row<Scalar>(row, num_keys, keys, mask.fully_masked());
+      scale_visible(row, num_keys, keys[q], scale);
+      masked_softmax_row<Scalar>(row, num_keys, keys[q], rule);
     }
     return;
   }
   for (Index q = 0; q < rows; ++q) {
     Scalar* row = scores + q * num_keys;
-    const VisibleKeys keys = mask.visible_keys(b, q0 + q, num_queries, num_keys);
-    scale_visible(row, num_keys, keys, scale);
-    if (!mask_scores_row(row, num_keys, keys, mask.fully_masked())) {
+    scale_visible(row, num_keys, keys[q], scale);
+    if (!mask_scores_row(row, num_keys, keys[q], rule)) {
       std::fill(row, row + num_keys, -std::numeric_limits<Scalar>::infinity());
       continue;
     }
