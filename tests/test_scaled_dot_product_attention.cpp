@@ -781,3 +781,61 @@ TEMPLATE_TEST_CASE("A value that is not finite reaches only the queries that see
     }
   }
 }
+
+TEMPLATE_TEST_CASE("An inf in a key or in grad_output reaches only the gradients that depend on it", "[sdpa][stress]",
+                   float, double) {
+  // Causal self-attention over n steps (query q sees keys 0 .. q): several blocks of queries and of keys, and key
+  // blocks split between pieces. A key row of inf: the queries before it never see it, so their dQ must stay finite
+  // (the backward pass multiplies dS, 0 on that key for them, by K). A grad_output row of inf: the keys after its
+  // query are not seen by it, so their dK and dV must stay finite (dV multiplies P^T, 0 there, by dO). Each is
+  // compared with the same call where the inf is 0 instead, which those gradients do not depend on.
+  using T = TestType;
+  const attend::Index heads = 4, kv_heads = 2, dim = 8, n = 300, hidden_key = 150, hidden_query = 10;
+  const T inf = std::numeric_limits<T>::infinity();
+  const Mask mask = Mask::causal();
+  const Tensor3<T> Q = random_tensor<T>(1, n, heads * dim, 971), V = random_tensor<T>(1, n, kv_heads * dim, 973);
+  const Tensor3<T> K = random_tensor<T>(1, n, kv_heads * dim, 972), dO = random_tensor<T>(1, n, heads * dim, 974);
+  const auto gradients = [&](const Tensor3<T>& keys, const Tensor3<T>& grad_output) {
+    Tensor3<T> lse;
+    const Tensor3<T> out = attend::scaled_dot_product_attention(Q, keys, V, heads, kv_heads, mask, {}, &lse);
+    return attend::scaled_dot_product_attention_backward(Q, keys, V, out, lse, grad_output, heads, kv_heads, mask);
+  };
+  const auto close = [](T value, T expected) {  // a sum of n terms in another order: Higham's n eps, times 4
+    return std::abs(value - expected) <= T(4 * n) * std::numeric_limits<T>::epsilon() * (T(1) + std::abs(expected));
+  };
+  SECTION("a key of inf: dQ of the queries before it") {
+    Tensor3<T> poisoned = K, clean = K;
+    for (attend::Index c = 0; c < kv_heads * dim; ++c) {
+      poisoned(0, hidden_key, c) = inf;
+      clean(0, hidden_key, c) = T(0);
+    }
+    const AttentionGradients<T> got = gradients(poisoned, dO), expected = gradients(clean, dO);
+    for (attend::Index q = 0; q < n; ++q)
+      for (attend::Index c = 0; c < heads * dim; ++c) {
+        CAPTURE(q, c);
+        if (q < hidden_key) {
+          REQUIRE(std::isfinite(got.queries(0, q, c)));
+          REQUIRE(close(got.queries(0, q, c), expected.queries(0, q, c)));
+        } else {
+          REQUIRE_FALSE(std::isfinite(got.queries(0, q, c)));
+        }
+      }
+  }
+  SECTION("a grad_output row of inf: dK and dV of the keys after its query") {
+    Tensor3<T> poisoned = dO, clean = dO;
+    for (attend::Index c = 0; c < heads * dim; ++c) {
+      poisoned(0, hidden_query, c) = inf;
+      clean(0, hidden_query, c) = T(0);
+    }
+    const AttentionGradients<T> got = gradients(K, poisoned), expected = gradients(K, clean);
+    for (attend::Index j = hidden_query + 1; j < n; ++j)
+      for (attend::Index c = 0; c < kv_heads * dim; ++c) {
+        CAPTURE(j, c);
+        REQUIRE(std::isfinite(got.keys(0, j, c)));
+        REQUIRE(std::isfinite(got.values(0, j, c)));
+        REQUIRE(close(got.keys(0, j, c), expected.keys(0, j, c)));
+        REQUIRE(close(got.values(0, j, c), expected.values(0, j, c)));
+      }
+    CHECK_FALSE(std::isfinite(got.values(0, 0, 0)));  // key 0 is seen by the query of inf
+  }
+}

@@ -20,7 +20,9 @@
 // dS = P (dP - D) with dP = dO V^T (times the dropout factors), then the softcap's derivative 1 - tanh^2 and the
 // scale; dV += (P Z)^T dO, dK += dS^T Q, dQ += dS K. One pass over the key blocks: the piece (b, g, split) owns the
 // dK and dV rows of every splits-th key block of its key/value head, and adds into its split's own dQ; the splits'
-// dQ are summed in split order at the end, so the bits depend on the shape alone.
+// dQ are summed in split order at the end, so the bits depend on the shape alone. A product whose right operand holds
+// an inf or NaN (a key block for dQ, a block of dO for dV, of Q for dK) adds term by term, skipping the zero weights
+// and gradients of keys a row does not see, so a gradient gets NaN only from the entries it depends on.
 //
 // A query that sees no key by the mask's structure: FullyMasked::zero gives a zero row, FullyMasked::uniform d2l's
 // mean of every value (weights 1 / num_keys, no gradient to Q or K, dO / num_keys to each value); lse is -inf.
@@ -508,6 +510,28 @@ bool gradient_tile(const Call<Scalar>& call, const Kernels<Scalar>& kernel, cons
   return any;
 }
 
+// Y (rows, columns) += X B term by term, skipping X's entries that are 0: the chain of each element of the whole
+// product less its terms of weight 0, so that a weight or gradient that is 0 because its key is hidden from its row
+// never meets an inf or NaN of B (0 times inf is NaN). X's entry (r, k) at X[r * row_step + k * step] (A^T read in
+// place with row_step 1); B's rows ldb apart. For blocks whose operand is not finite only.
+template <class Scalar>
+void add_nonzero_terms(const Kernels<Scalar>& kernel, const Scalar* X, Index row_step, Index step, Index rows,
+                       Index steps, const Scalar* B, Index ldb, Index columns, Scalar* Y, Index ldy) {
+  for (Index r = 0; r < rows; ++r)
+    for (Index k = 0; k < steps; ++k) {
+      const Scalar* x = X + r * row_step + k * step;
+      if (*x != Scalar(0))
+        kernel.times_matrix(x_rows(x, 1, 1), 1, b_rows(B + k * ldb, ldb), columns, y_added(Y + r * ldy, ldy));
+    }
+}
+
+// Whether every entry of the (rows, columns) block at data, rows `stride` apart, is finite.
+template <class Scalar>
+bool finite_rows(const Scalar* data, Index stride, Index rows, Index columns) {
+  return all_finite(
+      Eigen::Map<const Matrix<Scalar>, 0, Eigen::OuterStride<>>(data, rows, columns, Eigen::OuterStride<>(stride)));
+}
+
 // How the backward pass splits a call: key block t of each (batch row, key/value head) belongs to split t mod splits,
 // one piece of work per (b, g, split); splits from the shape alone (at least backward_items pieces when the blocks
 // allow), so that the bits do not depend on the thread count.
@@ -589,6 +613,7 @@ void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scal
       kernel.pack_panel(b_columns(K.at(b, g, k0), K.row_stride), d, n, KT);   // K^T (d, n)
       kernel.pack_panel(b_columns(V.at(b, g, k0), V.row_stride), dv, n, VT);  // V^T (dv, n)
       kernel.pack_panel(b_rows(K.at(b, g, k0), K.row_stride), n, d, Kp);      // K (n, d)
+      const bool keys_finite = finite_rows(K.at(b, g, k0), K.row_stride, n, d);
       std::fill(dKb, dKb + n * d, Scalar(0));
       std::fill(dVb, dVb + n * dv, Scalar(0));
       for (Index qblock = 0; qblock < query_blocks; ++qblock) {
@@ -625,12 +650,24 @@ void backward(const Call<Scalar>& call, const Heads<const Scalar>& O, const Scal
           if (!gradient_tile(call, kernel, dO, lse, deltas, b, h, q0, rows, k0 + c0, m, keys, Qs, KT + c0 * d,
                              VT + c0 * dv, n - c0, P, dS, T))
             continue;
-          kernel.times_matrix(x_columns(P, m, m), rows, b_rows(dO.at(b, h, q0), dO.row_stride), dv,
-                              y_added(dVb + c0 * dv, dv));
-          kernel.times_matrix(x_columns(dS, m, m), rows, b_rows(Qs, d), d, y_added(dKb + c0 * d, d));
+          // A product whose right operand holds an inf or NaN goes term by term: a row's P and dS are 0 on the keys
+          // it does not see, and 0 times inf would make NaN a gradient that does not depend on that entry.
+          const Scalar* dOb = dO.at(b, h, q0);  // (rows, dv), rows dO.row_stride apart
+          if (finite_rows(dOb, dO.row_stride, rows, dv))
+            kernel.times_matrix(x_columns(P, m, m), rows, b_rows(dOb, dO.row_stride), dv, y_added(dVb + c0 * dv, dv));
+          else
+            add_nonzero_terms(kernel, P, Index(1), m, m, rows, dOb, dO.row_stride, dv, dVb + c0 * dv, dv);
+          if (finite_rows(Qs, d, rows, d))
+            kernel.times_matrix(x_columns(dS, m, m), rows, b_rows(Qs, d), d, y_added(dKb + c0 * d, d));
+          else
+            add_nonzero_terms(kernel, dS, Index(1), m, m, rows, Qs, d, d, dKb + c0 * d, d);
           const auto [dq, ldq] = dq_rows(h, q0);
-          kernel.packed_times_matrix(x_rows(dS + (a0 - c0), m, rows), end - a0, b_packed(Kp, n, d, a0), d,
-                                     y_added(dq, ldq));
+          if (keys_finite)
+            kernel.packed_times_matrix(x_rows(dS + (a0 - c0), m, rows), end - a0, b_packed(Kp, n, d, a0), d,
+                                       y_added(dq, ldq));
+          else
+            add_nonzero_terms(kernel, dS + (a0 - c0), m, Index(1), rows, end - a0, K.at(b, g, k0 + a0), K.row_stride, d,
+                              dq, ldq);
         }
       }
       for (Index j = 0; j < n; ++j) {
