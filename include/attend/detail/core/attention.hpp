@@ -71,7 +71,7 @@ Call<Scalar> scaled_call(const Heads<const Scalar>& Q, const Heads<const Scalar>
 // Grow-only memory of the core: a repeated call of one shape allocates nothing.
 template <class Scalar>
 struct Buffers {
-  std::vector<Vector<Scalar>> scratch;         // one per thread
+  std::vector<PacketBuffer<Scalar>> scratch;   // one per thread, packet-aligned: packed panels and tiles
   std::vector<std::vector<VisibleKeys>> rows;  // one per thread: the visible keys of a block's query rows
   Vector<Scalar> partial;                      // the decoding spans' acc, m and l
   Vector<Scalar> deltas;                       // the backward pass's D, (batch, Q, H)
@@ -83,8 +83,7 @@ struct Buffers {
     const auto threads = static_cast<std::size_t>(std::max(1, num_threads()));
     if (scratch.size() < threads) scratch.resize(threads);
     if (this->rows.size() < threads) this->rows.resize(threads);
-    for (auto& s : scratch)
-      if (s.size() < size) s.resize(size);
+    for (auto& s : scratch) s.resize(size);
     for (auto& r : this->rows)
       if (static_cast<Index>(r.size()) < rows_per_block) r.resize(static_cast<std::size_t>(rows_per_block));
   }
@@ -428,7 +427,7 @@ void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Bu
 
   // Merge the spans of each row in key order: O = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s.
   std::vector<VisibleKeys>& keys = buffers.rows[0];
-  Vector<Scalar>& merged = buffers.scratch[0];  // (dv) acc
+  Scalar* merged = buffers.scratch[0].data();  // (dv) acc
   for (Index b = 0; b < B; ++b)
     for (Index g = 0; g < G; ++g)
       for (Index block = 0; block < plan.query_blocks; ++block) {
@@ -445,7 +444,7 @@ void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Bu
             nan = nan || std::isnan(l);
           }
           Scalar L = 0;
-          std::fill(merged.data(), merged.data() + dv, Scalar(0));
+          std::fill(merged, merged + dv, Scalar(0));
           for (Index s = 0; s < plan.spans && M != none; ++s) {
             const Scalar* part = buffers.partial.data() + (first_piece + s) * piece_size;
             const Scalar l = part[group * rows * dv + group * rows + r];
@@ -457,7 +456,7 @@ void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Bu
           }
           if (nan) L = std::numeric_limits<Scalar>::quiet_NaN();
           const Index hh = r / rows, i = r % rows;
-          finish(b, g, g * group + hh, q0 + i, keys[static_cast<std::size_t>(i)], merged.data(), M, L);
+          finish(b, g, g * group + hh, q0 + i, keys[static_cast<std::size_t>(i)], merged, M, L);
         }
       }
 }
