@@ -216,6 +216,21 @@ struct PackedBlocks {
   const Scalar* value_panel(Index pair, Index t) const { return values + (pair * panels + t) * value_size; }
 };
 
+// Y (rows, columns) += X B term by term, skipping X's entries that are 0: the chain of each element of the whole
+// product less its terms of weight 0, so that a weight or gradient that is 0 because its key is hidden from its row
+// never meets an inf or NaN of B (0 times inf is NaN). X's entry (r, k) at X[r * row_step + k * step] (A^T read in
+// place with row_step 1); B's rows ldb apart. For blocks whose B is not finite only, forward and backward.
+template <class Scalar>
+void add_nonzero_terms(const Kernels<Scalar>& kernel, const Scalar* X, Index row_step, Index step, Index rows,
+                       Index steps, const Scalar* B, Index ldb, Index columns, Scalar* Y, Index ldy) {
+  for (Index r = 0; r < rows; ++r)
+    for (Index k = 0; k < steps; ++k) {
+      const Scalar* x = X + r * row_step + k * step;
+      if (*x != Scalar(0))
+        kernel.times_matrix(x_rows(x, 1, 1), 1, b_rows(B + k * ldb, ldb), columns, y_added(Y + r * ldy, ldy));
+    }
+}
+
 // Rows of a thread's scores in the forward pass: a block of one head's query rows, or the group's heads of a few.
 template <class Scalar>
 Index score_rows(const Call<Scalar>& call) {
@@ -277,15 +292,10 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, const 
     return every_key_seen || all_finite(Eigen::Map<const Matrix<Scalar>, 0, Eigen::OuterStride<>>(
                                  Vb, n, dv, Eigen::OuterStride<>(V.row_stride)));
   };
-  // acc rows += P rows times the block's values, each weight that is not 0 alone: where product_safe is false. One
-  // multiply-add of the row kernel per key: the chain of the whole product less the keys of weight 0, so a row that
-  // does not see a NaN value gets the bits it has without it.
+  // acc rows += P rows times the block's values where product_safe is false (add_nonzero_terms): a row that does not
+  // see a NaN value gets the bits it has without it.
   const auto add_weighted_values = [&](const Scalar* P, Index count, Index n, const Scalar* Vb, Scalar* out) {
-    for (Index r = 0; r < count; ++r)
-      for (Index j = 0; j < n; ++j)
-        if (P[r * n + j] != Scalar(0))
-          kernel.times_matrix(x_rows(P + r * n + j, 1, 1), 1, b_rows(Vb + j * V.row_stride, V.row_stride), dv,
-                              y_added(out + r * dv, dv));
+    add_nonzero_terms(kernel, P, n, Index(1), count, n, Vb, V.row_stride, dv, out, dv);
   };
   // The group's heads in turn over the n keys from k0, whose K^T is packed (d rows, the first n of `stored`
   // columns) and their values (depth rows, the keys' from row first); safe: product_safe's answer.
@@ -507,21 +517,6 @@ bool gradient_tile(const Call<Scalar>& call, const Kernels<Scalar>& kernel, cons
     if (call.dropout.active()) call.dropout.apply(p, n, b * H + h, q, k0);
   }
   return any;
-}
-
-// Y (rows, columns) += X B term by term, skipping X's entries that are 0: the chain of each element of the whole
-// product less its terms of weight 0, so that a weight or gradient that is 0 because its key is hidden from its row
-// never meets an inf or NaN of B (0 times inf is NaN). X's entry (r, k) at X[r * row_step + k * step] (A^T read in
-// place with row_step 1); B's rows ldb apart. For blocks whose operand is not finite only.
-template <class Scalar>
-void add_nonzero_terms(const Kernels<Scalar>& kernel, const Scalar* X, Index row_step, Index step, Index rows,
-                       Index steps, const Scalar* B, Index ldb, Index columns, Scalar* Y, Index ldy) {
-  for (Index r = 0; r < rows; ++r)
-    for (Index k = 0; k < steps; ++k) {
-      const Scalar* x = X + r * row_step + k * step;
-      if (*x != Scalar(0))
-        kernel.times_matrix(x_rows(x, 1, 1), 1, b_rows(B + k * ldb, ldb), columns, y_added(Y + r * ldy, ldy));
-    }
 }
 
 // Whether every entry of the (rows, columns) block at data, rows `stride` apart, is finite.
