@@ -20,23 +20,11 @@ using attend::Index;
 using attend::Mask;
 using attend::Tensor3;
 using attend::ValidLens;
+using attend_test::path_tolerance;
 using attend_test::random_tensor;
 using attend_test::same_bits;
 
 namespace {
-
-// The agreement required between the paths: 1e-5 relative in float, 1e-12 in double (absolute part for outputs that
-// cancel to near 0).
-template <class Scalar>
-attend_test::Tolerance<Scalar> path_tolerance();
-template <>
-attend_test::Tolerance<float> path_tolerance<float>() {
-  return {1e-5, 1e-6};
-}
-template <>
-attend_test::Tolerance<double> path_tolerance<double>() {
-  return {1e-12, 1e-14};
-}
 
 // The masks a caller can give, for batch 2, q queries, k keys.
 std::vector<std::pair<std::string, Mask>> masks(Index q, Index k) {

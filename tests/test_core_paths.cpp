@@ -32,19 +32,6 @@ using attend::detail::heads_of;
 
 namespace {
 
-// The agreement asked of the core: the direct path's result to 1e-5 relative in float and 1e-12 in double; the
-// absolute part covers outputs that cancel to near 0 (each output is a convex combination of values in [-1, 1]).
-template <class Scalar>
-attend_test::Tolerance<Scalar> core_tolerance();
-template <>
-attend_test::Tolerance<float> core_tolerance<float>() {
-  return {1e-5, 1e-6};
-}
-template <>
-attend_test::Tolerance<double> core_tolerance<double>() {
-  return {1e-12, 1e-14};
-}
-
 template <class Scalar>
 attend_test::Tolerance<Scalar> exact() {
   return {0, 0};
@@ -183,7 +170,7 @@ TEMPLATE_TEST_CASE("the core matches the direct path on every shape and mask", "
   const auto in = random_inputs<TestType>(s, rng);
   Mask mask = make_mask(kind, s, rng);
   if (rule == FullyMasked::zero) mask = mask.when_fully_masked(rule);
-  REQUIRE_THAT(core(in, s, mask), attend_test::Near(direct(in, s, mask), core_tolerance<TestType>()));
+  REQUIRE_THAT(core(in, s, mask), attend_test::Near(direct(in, s, mask), attend_test::path_tolerance<TestType>()));
 }
 
 TEMPLATE_TEST_CASE("the core gives a query that sees no key the mask's rule", "[core_paths]", float, double) {
@@ -201,13 +188,13 @@ TEMPLATE_TEST_CASE("the core gives a query that sees no key the mask's rule", "[
     // d2l: every score -1e6, every weight 1 / keys: the mean of all value rows of the head.
     const Matrix<TestType> mean = in.V.middleRows(b * s.num_keys, s.num_keys).colwise().mean();  // (1, heads * dv)
     REQUIRE_THAT(Matrix<TestType>(uniform.row(b * s.num_queries + q)),
-                 attend_test::Near(mean, core_tolerance<TestType>()));
+                 attend_test::Near(mean, attend_test::path_tolerance<TestType>()));
     REQUIRE_THAT(Matrix<TestType>(zero.row(b * s.num_queries + q)),
                  attend_test::Near(Matrix<TestType>(Matrix<TestType>::Zero(1, s.num_heads * s.dv)), exact<TestType>()));
   }
-  REQUIRE_THAT(uniform, attend_test::Near(direct(in, s, mask), core_tolerance<TestType>()));
+  REQUIRE_THAT(uniform, attend_test::Near(direct(in, s, mask), attend_test::path_tolerance<TestType>()));
   REQUIRE_THAT(zero, attend_test::Near(direct(in, s, mask.when_fully_masked(FullyMasked::zero)),
-                                       core_tolerance<TestType>()));
+                                       attend_test::path_tolerance<TestType>()));
 }
 
 TEMPLATE_TEST_CASE("the core never reads the keys and values no query can see", "[core_paths]", float, double) {
@@ -287,7 +274,7 @@ TEMPLATE_TEST_CASE("the core never reads the keys and values no query can see", 
                                in.V.middleRows(b * s.num_keys + kf, kl - kf)};
     const Matrix<TestType> expected = direct(cut, cut_shape, cut_masks[static_cast<std::size_t>(b)]);
     REQUIRE_THAT(Matrix<TestType>(output.middleRows(b * s.num_queries, s.num_queries)),
-                 attend_test::Near(expected, core_tolerance<TestType>()));
+                 attend_test::Near(expected, attend_test::path_tolerance<TestType>()));
   }
 }
 
@@ -309,7 +296,7 @@ TEMPLATE_TEST_CASE("the core stays finite and exact with scores up to 1e4", "[co
   const Mask mask = make_mask(kind, s, rng);
   const auto output = core(in, s, mask);
   REQUIRE(output.allFinite());
-  REQUIRE_THAT(output, attend_test::Near(direct(in, s, mask), core_tolerance<TestType>()));
+  REQUIRE_THAT(output, attend_test::Near(direct(in, s, mask), attend_test::path_tolerance<TestType>()));
 }
 
 TEMPLATE_TEST_CASE("the core writes only its output's columns", "[core_paths]", float, double) {
@@ -328,7 +315,7 @@ TEMPLATE_TEST_CASE("the core writes only its output's columns", "[core_paths]", 
   REQUIRE((wide.leftCols(2).array() == TestType(7)).all());
   REQUIRE((wide.rightCols(3).array() == TestType(7)).all());
   REQUIRE_THAT(Matrix<TestType>(wide.middleCols(2, s.num_heads * s.dv)),
-               attend_test::Near(direct(in, s, Mask::causal()), core_tolerance<TestType>()));
+               attend_test::Near(direct(in, s, Mask::causal()), attend_test::path_tolerance<TestType>()));
 }
 
 #ifdef _OPENMP
@@ -367,7 +354,7 @@ TEMPLATE_TEST_CASE("the core: a keep tensor that keeps every key gives the bits 
   const auto unmasked = core(in, s, Mask{});
   const auto kept = core(in, s, Mask::keep(keep));
   REQUIRE(std::memcmp(unmasked.data(), kept.data(), sizeof(TestType) * static_cast<std::size_t>(kept.size())) == 0);
-  REQUIRE_THAT(unmasked, attend_test::Near(direct(in, s, Mask{}), core_tolerance<TestType>()));
+  REQUIRE_THAT(unmasked, attend_test::Near(direct(in, s, Mask{}), attend_test::path_tolerance<TestType>()));
 }
 
 TEMPLATE_TEST_CASE("the core: NaN scores make their rows NaN", "[core_paths]", float, double) {

@@ -800,16 +800,16 @@ TEMPLATE_TEST_CASE("An inf in a key or in grad_output reaches only the gradients
     const Tensor3<T> out = attend::scaled_dot_product_attention(Q, keys, V, heads, kv_heads, mask, {}, &lse);
     return attend::scaled_dot_product_attention_backward(Q, keys, V, out, lse, grad_output, heads, kv_heads, mask);
   };
+  const auto with_row = [](Tensor3<T> X, attend::Index row, T value) {  // X with every entry of one step = value
+    for (attend::Index c = 0; c < X.dimension(2); ++c) X(0, row, c) = value;
+    return X;
+  };
   const auto close = [](T value, T expected) {  // a sum of n terms in another order: Higham's n eps, times 4
     return std::abs(value - expected) <= T(4 * n) * std::numeric_limits<T>::epsilon() * (T(1) + std::abs(expected));
   };
   SECTION("a key of inf: dQ of the queries before it") {
-    Tensor3<T> poisoned = K, clean = K;
-    for (attend::Index c = 0; c < kv_heads * dim; ++c) {
-      poisoned(0, hidden_key, c) = inf;
-      clean(0, hidden_key, c) = T(0);
-    }
-    const AttentionGradients<T> got = gradients(poisoned, dO), expected = gradients(clean, dO);
+    const AttentionGradients<T> got = gradients(with_row(K, hidden_key, inf), dO);
+    const AttentionGradients<T> expected = gradients(with_row(K, hidden_key, T(0)), dO);
     for (attend::Index q = 0; q < n; ++q)
       for (attend::Index c = 0; c < heads * dim; ++c) {
         CAPTURE(q, c);
@@ -822,12 +822,8 @@ TEMPLATE_TEST_CASE("An inf in a key or in grad_output reaches only the gradients
       }
   }
   SECTION("a grad_output row of inf: dK and dV of the keys after its query") {
-    Tensor3<T> poisoned = dO, clean = dO;
-    for (attend::Index c = 0; c < heads * dim; ++c) {
-      poisoned(0, hidden_query, c) = inf;
-      clean(0, hidden_query, c) = T(0);
-    }
-    const AttentionGradients<T> got = gradients(K, poisoned), expected = gradients(K, clean);
+    const AttentionGradients<T> got = gradients(K, with_row(dO, hidden_query, inf));
+    const AttentionGradients<T> expected = gradients(K, with_row(dO, hidden_query, T(0)));
     for (attend::Index j = hidden_query + 1; j < n; ++j)
       for (attend::Index c = 0; c < kv_heads * dim; ++c) {
         CAPTURE(j, c);
