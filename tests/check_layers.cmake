@@ -31,15 +31,16 @@ set(layer_table
 
   2 "^detail/core/[^/]+\\.hpp$"
   2 "^detail/(attend_rows|attention_backward)\\.hpp$"
-  2 "^detail/(products|project_rows|transpose|transposed_weight)\\.hpp$"
+  2 "^detail/(products|project_rows|transpose|transposed_weight|normalization)\\.hpp$"
 
   3 "^(masked_softmax|scaled_dot_product_attention|transpose_qkv|rotary_embedding|kv_cache)\\.hpp$"
-  3 "^(attention_path|attention_gradients|complexity)\\.hpp$"
+  3 "^(attention_path|attention_gradients|complexity|activation)\\.hpp$"
 
   4 "^detail/modules/[^/]+\\.hpp$"
   4 "^(module|parameter|state_dict|workspace|linear|dropout|positional_encoding)\\.hpp$"
   4 "^(dot_product_attention|multi_head_attention|grouped_query_attention|additive_attention)\\.hpp$"
   4 "^(rnn|conv1d|sequence_encoders)\\.hpp$"
+  4 "^(embedding|layer_norm|rms_norm|position_wise_ffn|gated_ffn|add_norm|transformer_encoder_block)\\.hpp$"
 
   5 "^(safetensors|from_torch|optim|loss)\\.hpp$"
 

@@ -1,6 +1,8 @@
 // attend/attend.hpp — everything attend offers. Defines nothing itself.
 #pragma once
 
+#include <attend/activation.hpp>
+#include <attend/add_norm.hpp>
 #include <attend/additive_attention.hpp>
 #include <attend/attention_gradients.hpp>
 #include <attend/attention_path.hpp>
@@ -8,10 +10,13 @@
 #include <attend/conv1d.hpp>
 #include <attend/dot_product_attention.hpp>
 #include <attend/dropout.hpp>
+#include <attend/embedding.hpp>
 #include <attend/from_torch.hpp>
+#include <attend/gated_ffn.hpp>
 #include <attend/grouped_query_attention.hpp>
 #include <attend/isa.hpp>
 #include <attend/kv_cache.hpp>
+#include <attend/layer_norm.hpp>
 #include <attend/linear.hpp>
 #include <attend/loss.hpp>
 #include <attend/mask.hpp>
@@ -20,8 +25,10 @@
 #include <attend/multi_head_attention.hpp>
 #include <attend/optim.hpp>
 #include <attend/parameter.hpp>
+#include <attend/position_wise_ffn.hpp>
 #include <attend/positional_encoding.hpp>
 #include <attend/random.hpp>
+#include <attend/rms_norm.hpp>
 #include <attend/rnn.hpp>
 #include <attend/rotary_embedding.hpp>
 #include <attend/safetensors.hpp>
@@ -31,6 +38,7 @@
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <attend/threads.hpp>
+#include <attend/transformer_encoder_block.hpp>
 #include <attend/transpose_qkv.hpp>
 #include <attend/valid_lens.hpp>
 #include <attend/workspace.hpp>

@@ -55,6 +55,18 @@ void dropout_inplace(Eigen::DenseBase<Derived>& X, Scalar p, Generator& generato
   }
 }
 
+// The factors alone, for n entries: 0 (dropped, with probability p) or 1 / (1 - p), from the same draws as
+// dropout_inplace; 1 everywhere when p = 0 (no draw).
+template <class Scalar>
+void dropout_factors(Scalar* factors, Index n, Scalar p, Generator& generator) {
+  if (p == Scalar(0) || p == Scalar(1)) {
+    std::fill(factors, factors + n, p == Scalar(0) ? Scalar(1) : Scalar(0));
+    return;
+  }
+  const Scalar keep_scale = Scalar(1) / (Scalar(1) - p);
+  for (Index i = 0; i < n; ++i) factors[i] = generator.uniform01<Scalar>() < p ? Scalar(0) : keep_scale;
+}
+
 }  // namespace detail
 
 // X: any shape -> same shape; entries zeroed with probability p, the rest scaled by 1 / (1 - p).

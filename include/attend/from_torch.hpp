@@ -41,14 +41,14 @@
 // .when_fully_masked(FullyMasked::zero).
 #pragma once
 
-#include <attend/config.hpp>
-
 #include <algorithm>
+#include <attend/config.hpp>
 #include <attend/mask.hpp>
 #include <attend/multi_head_attention.hpp>
 #include <attend/random.hpp>
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
+#include <attend/transformer_encoder_block.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -210,6 +210,77 @@ inline Mask key_padding_mask_from_torch(const Matrix<bool>& key_padding_mask, In
     for (Index q = 0; q < num_queries; ++q)
       for (Index j = 0; j < num_keys; ++j) keep(b, q, j) = !key_padding_mask(b, j);
   return Mask::keep(std::move(keep));
+}
+
+// A TransformerEncoderBlock holding the parameters of a torch.nn.TransformerEncoderLayer's state_dict() (built with
+// batch_first=True; with batch_first=False only PyTorch's tensors are transposed). The layer's sizes come from the
+// tensors; num_heads, the activation ("relu" or "gelu"), norm_first and layer_norm_eps are not stored: pass the
+// layer's. The names:
+//
+//   nn.TransformerEncoderLayer                         attend::TransformerEncoderBlock
+//   self_attn.in_proj_weight, ...                  ->  attention.W_q.weight, ... (multi_head_attention_from_torch)
+//   linear1.weight, linear1.bias                   ->  ffn.dense1.weight, ffn.dense1.bias
+//   linear2.weight, linear2.bias                   ->  ffn.dense2.weight, ffn.dense2.bias
+//   norm1.weight, norm1.bias, norm2.weight, ...    ->  addnorm1.ln.weight, addnorm1.ln.bias, addnorm2.ln.weight, ...
+//
+// Refused with std::invalid_argument naming the tensor: a layer built with bias=False (its linear layers and norms
+// have no bias; d2l's feed-forward network always has one), a missing, misshapen or unexpected tensor. Masks: as for
+// nn.MultiheadAttention above (src_key_padding_mask -> valid lengths or key_padding_mask_from_torch; the causal
+// src_mask -> Mask::causal()). The block is in training mode, as any new module: call eval() for PyTorch's
+// evaluation-mode outputs.
+template <class Scalar>
+TransformerEncoderBlock<Scalar> transformer_encoder_layer_from_torch(const StateDict<Scalar>& dict, Index num_heads,
+                                                                     Activation activation = Activation::relu,
+                                                                     bool norm_first = false,
+                                                                     Scalar eps = Scalar(1e-5)) {
+  constexpr const char* where = "transformer_encoder_layer_from_torch";
+  detail::require_at_least(num_heads, 1, where, "num_heads");
+  detail::require(
+      activation == Activation::relu || activation == Activation::gelu, where,
+      ": activation must be relu or gelu (nn.TransformerEncoderLayer's two), got ",
+      detail::activation_name(activation) ? detail::activation_name(activation) : "a value outside the enum");
+  const std::string attention_prefix = "self_attn.";
+  const std::vector<std::pair<std::string, std::string>> renames = {
+      {"linear1.weight", "ffn.dense1.weight"}, {"linear1.bias", "ffn.dense1.bias"},
+      {"linear2.weight", "ffn.dense2.weight"}, {"linear2.bias", "ffn.dense2.bias"},
+      {"norm1.weight", "addnorm1.ln.weight"},  {"norm1.bias", "addnorm1.ln.bias"},
+      {"norm2.weight", "addnorm2.ln.weight"},  {"norm2.bias", "addnorm2.ln.bias"}};
+
+  StateDict<Scalar> attention_dict, d2l;  // self_attn's tensors without the prefix; the block's under d2l's names
+  for (const auto& item : dict) {
+    if (item.first.compare(0, attention_prefix.size(), attention_prefix) == 0) {
+      attention_dict[item.first.substr(attention_prefix.size())] = item.second;
+      continue;
+    }
+    const auto rename =
+        std::find_if(renames.begin(), renames.end(), [&](const auto& r) { return r.first == item.first; });
+    detail::require(rename != renames.end(), where, ": unexpected tensor ", detail::quoted(item.first),
+                    " (nn.TransformerEncoderLayer has self_attn.*, linear1, linear2, norm1 and norm2)");
+    d2l[rename->second] = item.second;
+  }
+  for (const auto& rename : renames)
+    detail::require(d2l.count(rename.second) != 0, where, ": missing ", detail::quoted(rename.first),
+                    rename.first.find("bias") != std::string::npos
+                        ? " (a layer built with bias=False has none, and d2l's feed-forward network always has one)"
+                        : "");
+  MultiHeadAttention<Scalar> attention = multi_head_attention_from_torch(attention_dict, num_heads);
+  const Index E = attention.num_hiddens();
+  const NamedTensor<Scalar>& linear1 = d2l["ffn.dense1.weight"];
+  detail::require(linear1.rank() == 2 && linear1.shape[0] >= 1 && linear1.shape[1] == E, where,
+                  ": \"linear1.weight\" must have shape (dim_feedforward, ", E, ") (dim_feedforward, d_model), got ",
+                  detail::shape_text(linear1.shape));
+  const bool bias = attention.W_q().has_bias();
+  detail::require(bias, where,
+                  ": \"self_attn.in_proj_bias\" is missing: a layer built with bias=False is not supported "
+                  "(d2l's feed-forward network always has a bias)");
+  for (const auto& item : attention.state_dict()) d2l["attention." + item.first] = item.second;
+
+  // The initial parameters are overwritten at once: drawn from a generator of their own.
+  Generator scratch;
+  TransformerEncoderBlock<Scalar> block(E, linear1.shape[0], num_heads, Scalar(0), bias, activation, norm_first, eps,
+                                        scratch);
+  block.load_state_dict(d2l);
+  return block;
 }
 
 }  // namespace ATTEND_ABI

@@ -11,7 +11,7 @@
 #pragma once
 
 #include <attend/config.hpp>
-
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -41,6 +41,15 @@ class Generator {
   template <class Scalar>
   Scalar uniform(Scalar lo, Scalar hi) {
     return lo + (hi - lo) * uniform01<Scalar>();
+  }
+
+  // Standard normal (mean 0, deviation 1), by the Box-Muller transform of two uniform draws in double: one value per
+  // two draws, the same on every platform (std::normal_distribution's output differs between standard libraries).
+  template <class Scalar>
+  Scalar normal() {
+    const double u1 = 1.0 - uniform01<double>();  // in (0, 1]: its log is finite
+    const double u2 = uniform01<double>();
+    return static_cast<Scalar>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586476925286766559 * u2));
   }
 
  private:

@@ -1,0 +1,115 @@
+// attend/detail/normalization.hpp — layer and RMS normalization over the last axis, row by row, forward and backward.
+//
+// Each row x of n features (llm.c's layernorm_forward / layernorm_backward, with PyTorch's biased variance):
+//
+//   layer norm   mean = sum(x) / n, rstd = 1 / sqrt(sum((x - mean)^2) / n + eps), xhat = (x - mean) rstd,
+//                y = xhat w + b
+//   RMS norm     rstd = 1 / sqrt(sum(x^2) / n + eps), xhat = x rstd, y = xhat w          (mean taken as 0)
+//
+// The forward keeps mean and rstd per row; the backward, from x, mean, rstd and dy:
+//
+//   g = dy w,  dx = rstd (g - sum(g) / n - xhat sum(g xhat) / n)     (RMS: no sum(g) / n term)
+//   dw += sum over rows of dy xhat,  db += sum over rows of dy
+//
+// The variance is taken around the mean (two passes over the row, which is in cache), not as E[x^2] - mean^2, so a
+// row far from 0 with a small spread keeps its digits. An optional residual makes the forward normalise
+// z = x + r f (r scaled by dropout factors f, or by 1), written to a kept copy while the row is in cache: AddNorm's
+// sum and its normalisation in one pass over memory.
+#pragma once
+
+#include <algorithm>
+#include <attend/config.hpp>
+#include <attend/tensor.hpp>
+#include <cmath>
+
+namespace attend {
+inline namespace ATTEND_ABI {
+namespace detail {
+
+enum class NormKind { layer, rms };
+
+// The rows and the parameters of one normalisation call.
+template <class Scalar>
+struct NormRows {
+  NormKind kind;
+  Index rows, features;
+  Scalar eps;
+  const Scalar* weight;  // (features)
+  const Scalar* bias;    // (features), or null (RMS norm has none)
+};
+
+// Y = norm(X + R F): X, Y (rows, features) contiguous; R (same shape) or null for no residual, F its factors (same
+// shape) or null for 1; Z (same shape) receives X + R F when not null (the input the backward needs). Y may be X.
+// mean_out and rstd_out (rows) receive the statistics when not null (mean 0 for RMS).
+template <class Scalar>
+void normalize_rows(const NormRows<Scalar>& p, const Scalar* X, const Scalar* R, const Scalar* F, Scalar* Z, Scalar* Y,
+                    Scalar* mean_out, Scalar* rstd_out) {
+  const Index n = p.features;
+  for (Index row = 0; row < p.rows; ++row) {
+    const Scalar* x = X + row * n;
+    if (R != nullptr) {  // z = x + r f, into Z (kept) or into Y (computed in place there)
+      Scalar* z = Z != nullptr ? Z + row * n : Y + row * n;
+      const Scalar* r = R + row * n;
+      if (F != nullptr) {
+        const Scalar* f = F + row * n;
+        for (Index j = 0; j < n; ++j) z[j] = x[j] + r[j] * f[j];
+      } else {
+        for (Index j = 0; j < n; ++j) z[j] = x[j] + r[j];
+      }
+      x = z;
+    } else if (Z != nullptr) {
+      std::copy(x, x + n, Z + row * n);
+    }
+    Scalar mean = Scalar(0);
+    if (p.kind == NormKind::layer) {
+      for (Index j = 0; j < n; ++j) mean += x[j];
+      mean /= static_cast<Scalar>(n);
+    }
+    Scalar squares = Scalar(0);
+    for (Index j = 0; j < n; ++j) squares += (x[j] - mean) * (x[j] - mean);
+    const Scalar rstd = Scalar(1) / std::sqrt(squares / static_cast<Scalar>(n) + p.eps);
+    Scalar* y = Y + row * n;
+    if (p.bias != nullptr) {
+      for (Index j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd * p.weight[j] + p.bias[j];
+    } else {
+      for (Index j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd * p.weight[j];
+    }
+    if (mean_out != nullptr) mean_out[row] = mean;
+    if (rstd_out != nullptr) rstd_out[row] = rstd;
+  }
+}
+
+// The backward pass of normalize_rows: X (rows, features) the normalised input (Z of the forward when it had a
+// residual), mean and rstd its statistics (rows), dY its output's gradient -> dX (same shape, written; may be dY);
+// adds dw into weight_grad and db into bias_grad (null when the norm has no bias).
+template <class Scalar>
+void normalize_rows_backward(const NormRows<Scalar>& p, const Scalar* X, const Scalar* mean_in, const Scalar* rstd_in,
+                             const Scalar* dY, Scalar* dX, Scalar* weight_grad, Scalar* bias_grad) {
+  const Index n = p.features;
+  const Scalar inv_n = Scalar(1) / static_cast<Scalar>(n);
+  for (Index row = 0; row < p.rows; ++row) {
+    const Scalar* x = X + row * n;
+    const Scalar* dy = dY + row * n;
+    Scalar* dx = dX + row * n;
+    const Scalar mean = mean_in[row], rstd = rstd_in[row];
+    Scalar g_sum = Scalar(0), g_xhat_sum = Scalar(0);
+    for (Index j = 0; j < n; ++j) {
+      const Scalar xhat = (x[j] - mean) * rstd;
+      const Scalar g = dy[j] * p.weight[j];
+      g_sum += g;
+      g_xhat_sum += g * xhat;
+      weight_grad[j] += dy[j] * xhat;
+      if (bias_grad != nullptr) bias_grad[j] += dy[j];
+    }
+    const Scalar g_mean = p.kind == NormKind::layer ? g_sum * inv_n : Scalar(0);
+    const Scalar g_xhat_mean = g_xhat_sum * inv_n;
+    for (Index j = 0; j < n; ++j) {
+      const Scalar xhat = (x[j] - mean) * rstd;
+      dx[j] = rstd * (dy[j] * p.weight[j] - g_mean - xhat * g_xhat_mean);
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace ATTEND_ABI
+}  // namespace attend
