@@ -41,6 +41,7 @@ set(layer_table
   4 "^(dot_product_attention|multi_head_attention|grouped_query_attention|additive_attention)\\.hpp$"
   4 "^(rnn|conv1d|sequence_encoders)\\.hpp$"
   4 "^(embedding|layer_norm|rms_norm|position_wise_ffn|gated_ffn|add_norm|transformer_encoder_block)\\.hpp$"
+  4 "^(transformer_encoder|transformer_decoder)\\.hpp$"
 
   5 "^(safetensors|from_torch|optim|loss)\\.hpp$"
 

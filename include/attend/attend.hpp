@@ -38,6 +38,8 @@
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <attend/threads.hpp>
+#include <attend/transformer_decoder.hpp>
+#include <attend/transformer_encoder.hpp>
 #include <attend/transformer_encoder_block.hpp>
 #include <attend/transpose_qkv.hpp>
 #include <attend/valid_lens.hpp>

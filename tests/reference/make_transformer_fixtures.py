@@ -109,6 +109,85 @@ class TransformerEncoderBlock(nn.Module):
         return self.addnorm2(Y, self.ffn(Y))
 
 
+def d2l_attention(num_hiddens, num_heads, dropout, bias=False):
+    """d2l's current MultiHeadAttention(num_hiddens, num_heads, dropout, bias), with its LazyLinear sizes explicit."""
+    return writer.MultiHeadAttention(num_hiddens, num_hiddens, num_hiddens, num_hiddens, num_heads, dropout, bias)
+
+
+class TransformerEncoder(nn.Module):
+    """The Transformer encoder."""
+    def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout, use_bias=False):
+        super().__init__()
+        self.num_hiddens = num_hiddens
+        self.embedding = nn.Embedding(vocab_size, num_hiddens)
+        self.pos_encoding = writer.PositionalEncoding(num_hiddens, dropout)
+        self.blks = nn.Sequential()
+        for i in range(num_blks):
+            self.blks.add_module("block" + str(i), TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads,
+                                                                           dropout, use_bias))
+
+    def forward(self, X, valid_lens):
+        X = self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens))
+        for blk in self.blks:
+            X = blk(X, valid_lens)
+        return X
+
+
+class TransformerDecoderBlock(nn.Module):
+    """The i-th block in the Transformer decoder."""
+    def __init__(self, num_hiddens, ffn_num_hiddens, num_heads, dropout, i):
+        super().__init__()
+        self.i = i
+        self.attention1 = d2l_attention(num_hiddens, num_heads, dropout)
+        self.addnorm1 = AddNorm(num_hiddens, dropout)
+        self.attention2 = d2l_attention(num_hiddens, num_heads, dropout)
+        self.addnorm2 = AddNorm(num_hiddens, dropout)
+        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, num_hiddens)
+        self.addnorm3 = AddNorm(num_hiddens, dropout)
+
+    def forward(self, X, state):
+        enc_outputs, enc_valid_lens = state[0], state[1]
+        if state[2][self.i] is None:
+            key_values = X
+        else:
+            key_values = torch.cat((state[2][self.i], X), dim=1)
+        state[2][self.i] = key_values
+        if self.training:
+            batch_size, num_steps, _ = X.shape
+            dec_valid_lens = torch.arange(1, num_steps + 1, device=X.device).repeat(batch_size, 1)
+        else:
+            dec_valid_lens = None
+        X2 = self.attention1(X, key_values, key_values, dec_valid_lens)
+        Y = self.addnorm1(X, X2)
+        Y2 = self.attention2(Y, enc_outputs, enc_outputs, enc_valid_lens)
+        Z = self.addnorm2(Y, Y2)
+        return self.addnorm3(Z, self.ffn(Z)), state
+
+
+class TransformerDecoder(nn.Module):
+    """The Transformer decoder."""
+    def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout):
+        super().__init__()
+        self.num_hiddens = num_hiddens
+        self.num_blks = num_blks
+        self.embedding = nn.Embedding(vocab_size, num_hiddens)
+        self.pos_encoding = writer.PositionalEncoding(num_hiddens, dropout)
+        self.blks = nn.Sequential()
+        for i in range(num_blks):
+            self.blks.add_module("block" + str(i), TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads,
+                                                                           dropout, i))
+        self.dense = nn.Linear(num_hiddens, vocab_size)
+
+    def init_state(self, enc_outputs, enc_valid_lens):
+        return [enc_outputs, enc_valid_lens, [None] * self.num_blks]
+
+    def forward(self, X, state):
+        X = self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens))
+        for blk in self.blks:
+            X, state = blk(X, state)
+        return self.dense(X), state
+
+
 # --------------------------------------------------------------------------------------
 # Cases
 # --------------------------------------------------------------------------------------
@@ -276,6 +355,57 @@ def torch_encoder_layer_cases():
                 seed += 1
 
 
+def seq2seq_case():
+    """d2l's encoder and decoder (2 blocks each) on a batch of two sequences, trained in training mode with dropout 0:
+    logits, every gradient and the encoder outputs' gradient through the decoder; and d2l's own token-by-token
+    prediction loop in eval mode, for the difference its position slip makes."""
+    torch.manual_seed(170)
+    encoder = TransformerEncoder(11, 8, 12, 2, 2, 0.0)
+    decoder = TransformerDecoder(13, 8, 12, 2, 2, 0.0)
+    randomize(encoder)
+    randomize(decoder)
+    src = torch.randint(0, 11, (2, 6))
+    tgt = torch.randint(0, 13, (2, 5))
+    enc_valid_lens = torch.tensor([4, 6])
+    encoder.train()
+    decoder.train()
+    enc_outputs = encoder(src, enc_valid_lens)
+    enc_outputs.retain_grad()
+    logits, _ = decoder(tgt, decoder.init_state(enc_outputs, enc_valid_lens))
+    grad_logits = uniform(*logits.shape)
+    logits.backward(grad_logits)
+    enc_outputs_grad = enc_outputs.grad.clone()
+
+    decoder.eval()
+    with torch.no_grad():
+        state = decoder.init_state(enc_outputs.detach(), enc_valid_lens)
+        stepwise = []
+        for t in range(tgt.shape[1]):
+            step_logits, state = decoder(tgt[:, t:t + 1], state)
+            stepwise.append(step_logits)
+        d2l_stepwise = torch.cat(stepwise, dim=1)
+    slip = max_diff(d2l_stepwise, logits)
+
+    def named(prefix, module, suffix="", grads=False):
+        if grads:
+            return [("%s.%s_grad" % (prefix, n), p.grad) for n, p in module.named_parameters()]
+        return [("%s.%s" % (prefix, n), p.detach()) for n, p in module.state_dict().items()]
+
+    writer.write_fixture(
+        "block_seq2seq",
+        "d2l's TransformerEncoder(11, 8, 12, 2, 2, dropout 0) and TransformerDecoder(13, 8, 12, 2, 2, dropout 0) in "
+        "training mode (causal self-attention in the decoder); %s" % VERSIONS,
+        named("encoder", encoder) + named("decoder", decoder)
+        + [("src_tokens", src), ("enc_valid_lens", enc_valid_lens), ("tgt_tokens", tgt), ("enc_outputs", enc_outputs),
+           ("logits", logits), ("grad_logits", grad_logits), ("enc_outputs_grad", enc_outputs_grad),
+           ("d2l_stepwise_logits", d2l_stepwise)]
+        + named("encoder", encoder, grads=True) + named("decoder", decoder, grads=True),
+        ["parameters under d2l's EncoderDecoder names (encoder.*, decoder.*); gradients of sum(logits * grad_logits) "
+         "by autograd, the encoder's through enc_outputs",
+         "d2l_stepwise_logits: d2l's own eval-mode loop, one target token per call, which adds P[0] at every step; "
+         "it differs from the causal whole-sequence logits by %.3g (max abs)" % slip])
+
+
 def main():
     os.makedirs(writer.GOLDEN_DIR, exist_ok=True)
     activation_cases()
@@ -285,6 +415,7 @@ def main():
     add_norm_case()
     encoder_block_cases()
     torch_encoder_layer_cases()
+    seq2seq_case()
 
 
 if __name__ == "__main__":

@@ -25,22 +25,22 @@ namespace attend_test {
 template <class Module>
 using parameter_scalar = std::remove_reference_t<decltype(*std::declval<Module&>().parameters()[0].value)>;
 
-// Loads the fixture's entries named as module.state_dict()'s into module.
+// Loads the fixture's entries named prefix + each of module.state_dict()'s names into module.
 template <class Module>
-void load_fixture_parameters(Module& module, const Fixture& fixture) {
+void load_fixture_parameters(Module& module, const Fixture& fixture, const std::string& prefix = "") {
   using Scalar = parameter_scalar<Module>;
   attend::StateDict<Scalar> dict;
-  for (const auto& item : module.state_dict()) dict[item.first] = fixture_tensor<Scalar>(fixture, item.first);
+  for (const auto& item : module.state_dict()) dict[item.first] = fixture_tensor<Scalar>(fixture, prefix + item.first);
   module.load_state_dict(dict);
 }
 
-// Every parameter's gradient against the fixture's "<name>_grad".
+// Every parameter's gradient against the fixture's "<prefix><name>_grad".
 template <class Module, class Tolerance>
-void require_fixture_gradients(Module& module, const Fixture& fixture, Tolerance tol) {
+void require_fixture_gradients(Module& module, const Fixture& fixture, Tolerance tol, const std::string& prefix = "") {
   using Scalar = parameter_scalar<Module>;
   for (const auto& p : module.parameters()) {
     CAPTURE(p.name);
-    const attend::NamedTensor<double> expected = fixture_tensor<double>(fixture, p.name + "_grad");
+    const attend::NamedTensor<double> expected = fixture_tensor<double>(fixture, prefix + p.name + "_grad");
     REQUIRE(static_cast<attend::Index>(expected.values.size()) == p.size);
     const attend::Vector<double> e = Eigen::Map<const attend::Vector<double>>(expected.values.data(), p.size);
     const attend::Vector<Scalar> a = Eigen::Map<const attend::Vector<Scalar>>(p.grad, p.size);
