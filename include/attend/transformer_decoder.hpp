@@ -82,6 +82,7 @@ class TransformerDecoderBlock : public detail::WithParameters<TransformerDecoder
   AddNorm<Scalar>& addnorm3() { return addnorm3_; }
   Index num_hiddens() const { return attention1_.num_hiddens(); }
   Index num_heads() const { return attention1_.num_heads(); }
+  void keep_attention_weights(bool keep) { keep_weights_ = keep; }
 
   void train(bool training = true) {
     attention1_.train(training);
@@ -99,11 +100,14 @@ class TransformerDecoderBlock : public detail::WithParameters<TransformerDecoder
     return addnorm3_(Z, ffn_(Z));
   }
 
-  // Evaluation: the same arithmetic with X's steps appended to cache, records nothing in the block's parts.
+  // Evaluation: the same arithmetic with X's steps appended to cache; records nothing in the block's parts, unless
+  // keep_attention_weights(true) asked attention2 to keep its weights (attention2().attention_weights(): (batch *
+  // num_heads, steps, enc_steps), d2l's encoder-decoder attention weights; set attention2's path to direct).
   Tensor3<Scalar> decode(const Tensor3<Scalar>& X, const Tensor3<Scalar>& enc, const Mask& enc_valid_lens,
                          KVCache<Scalar>& cache) {
     const Tensor3<Scalar> Y = addnorm1_.forward(X, attention1_(X, cache, Mask::causal()));
-    const Tensor3<Scalar> Z = addnorm2_.forward(Y, attention2_.forward(Y, enc, enc, enc_valid_lens));
+    const Tensor3<Scalar> Z = addnorm2_.forward(
+        Y, keep_weights_ ? attention2_(Y, enc, enc, enc_valid_lens) : attention2_.forward(Y, enc, enc, enc_valid_lens));
     return addnorm3_.forward(Z, ffn_.forward(Z));
   }
 
@@ -143,6 +147,7 @@ class TransformerDecoderBlock : public detail::WithParameters<TransformerDecoder
   AddNorm<Scalar> addnorm2_;
   PositionWiseFFN<Scalar> ffn_;
   AddNorm<Scalar> addnorm3_;
+  bool keep_weights_ = false;  // decode() keeps attention2's weights
 };
 
 template <class Scalar>
