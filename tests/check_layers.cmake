@@ -41,9 +41,9 @@ set(layer_table
   4 "^(dot_product_attention|multi_head_attention|grouped_query_attention|additive_attention)\\.hpp$"
   4 "^(rnn|conv1d|sequence_encoders)\\.hpp$"
   4 "^(embedding|layer_norm|rms_norm|position_wise_ffn|gated_ffn|add_norm|transformer_encoder_block)\\.hpp$"
-  4 "^(transformer_encoder|transformer_decoder)\\.hpp$"
+  4 "^(transformer_encoder|transformer_decoder|causal_lm)\\.hpp$"
 
-  5 "^(safetensors|from_torch|optim|loss)\\.hpp$"
+  5 "^(safetensors|from_torch|from_transformers|optim|loss)\\.hpp$"
 
   6 "^attend\\.hpp$"
 )

@@ -6,12 +6,14 @@
 #include <attend/additive_attention.hpp>
 #include <attend/attention_gradients.hpp>
 #include <attend/attention_path.hpp>
+#include <attend/causal_lm.hpp>
 #include <attend/complexity.hpp>
 #include <attend/conv1d.hpp>
 #include <attend/dot_product_attention.hpp>
 #include <attend/dropout.hpp>
 #include <attend/embedding.hpp>
 #include <attend/from_torch.hpp>
+#include <attend/from_transformers.hpp>
 #include <attend/gated_ffn.hpp>
 #include <attend/grouped_query_attention.hpp>
 #include <attend/isa.hpp>
