@@ -34,7 +34,7 @@ set(layer_table
   2 "^detail/(products|project_rows|transpose|transposed_weight|normalization)\\.hpp$"
 
   3 "^(masked_softmax|scaled_dot_product_attention|transpose_qkv|rotary_embedding|kv_cache)\\.hpp$"
-  3 "^(attention_path|attention_gradients|complexity|activation)\\.hpp$"
+  3 "^(attention_path|attention_gradients|complexity|activation|sampling)\\.hpp$"
 
   4 "^detail/modules/[^/]+\\.hpp$"
   4 "^(module|parameter|state_dict|workspace|linear|dropout|positional_encoding)\\.hpp$"

@@ -34,6 +34,7 @@
 #include <attend/rnn.hpp>
 #include <attend/rotary_embedding.hpp>
 #include <attend/safetensors.hpp>
+#include <attend/sampling.hpp>
 #include <attend/scaled_dot_product_attention.hpp>
 #include <attend/score_options.hpp>
 #include <attend/sequence_encoders.hpp>
