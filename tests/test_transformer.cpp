@@ -137,6 +137,10 @@ TEMPLATE_TEST_CASE("The Transformer refuses bad input, naming it, and a decoding
   one_row << 1;
   require_invalid([&] { decoder(one_row, state); }, "tokens has 1 batch rows, state.enc_outputs 2");
 
+  TransformerDecoder<TestType> other(10, 8, 16, 4, 2, TestType(0));
+  DecoderState<TestType> other_state = other.init_state(enc, Mask({2, 3}), 4);
+  require_invalid([&] { decoder(one_row.replicate(2, 1), other_state); }, "a state of another decoder?");
+
   decoder.train();
   REQUIRE_THROWS_AS(decoder.backward(Tensor3<TestType>(2, 3, 10)), std::logic_error);
   {

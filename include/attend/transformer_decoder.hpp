@@ -260,8 +260,12 @@ class TransformerDecoder : public detail::WithParameters<TransformerDecoder<Scal
     if (training_) return;
     detail::require(state.caches.size() == blks_.size(), where, ": the state must hold ", blks_.size(),
                     " caches (one per block; make it with init_state), got ", state.caches.size());
+    const Index heads = blks_.empty() ? 1 : blks_.front().num_heads();
     for (const KVCache<Scalar>& cache : state.caches) {
       detail::require(cache.size() == start, where, ": the state's caches hold different numbers of steps");
+      detail::require(cache.num_kv_heads() == heads && cache.head_dim() == num_hiddens() / heads, where,
+                      ": the state's caches must hold ", heads, " heads of ", num_hiddens() / heads, ", got ",
+                      cache.num_kv_heads(), " of ", cache.head_dim(), " (a state of another decoder?)");
       cache.require_room(tokens.rows(), tokens.cols(), where);
     }
   }
