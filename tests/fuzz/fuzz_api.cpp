@@ -1,7 +1,8 @@
 // libFuzzer target: attend's public API on shapes, arguments, masks and values decoded from the fuzzer's bytes.
 //
 // One input is one call sequence on one entry point (masked_softmax, transpose_qkv, transpose_output, Linear,
-// DotProductAttention, AdditiveAttention, MultiHeadAttention, PositionalEncoding, RNN, Conv1d), in float or double.
+// DotProductAttention, AdditiveAttention, MultiHeadAttention, PositionalEncoding, RNN, Conv1d, LayerNorm, RMSNorm,
+// PositionWiseFFN, GatedFFN), in float or double.
 // A module is constructed, called once on inputs that agree with its sizes, then changed in one way (another shape
 // for one input, a resized parameter, another mask, the other mode) and called again. DotProductAttention and
 // MultiHeadAttention then get a path (set_path) and a thread count (set_num_threads), and the second call's arguments
@@ -30,7 +31,7 @@
 // A violation prints what went wrong and traps, which libFuzzer reports as a crash and saves the input.
 //
 // The bytes are read front to back, one field per byte (a value may take one byte, a tensor a few); past the end of
-// the input every byte reads as 0. Byte 0 picks the entry point (mod 10), byte 1 the scalar type (odd: double),
+// the input every byte reads as 0. Byte 0 picks the entry point (mod 14), byte 1 the scalar type (odd: double),
 // then each entry point reads the fields listed in its comment. make_api_corpus.py writes seeds in this layout.
 #include <attend/attend.hpp>
 #include <cmath>
@@ -743,8 +744,8 @@ void fuzz_paths(const std::string& name, Input& in, Attention& attention, const 
   const auto path = static_cast<AttentionPath>(path_value);
   const bool set = run_expecting(text(name, "::set_path(AttentionPath(", path_value, "))"), path_value <= 2,
                                  [&] { attention.set_path(path); });
-  expect(attention.path() == (set ? path : old_path), name, "::set_path(AttentionPath(", path_value,
-         ")): path() is ", attention.path());
+  expect(attention.path() == (set ? path : old_path), name, "::set_path(AttentionPath(", path_value, ")): path() is ",
+         attention.path());
   const ThreadsRestored restore;
   attend::set_num_threads(threads);
 
@@ -992,6 +993,54 @@ void fuzz_conv1d(Input& in, attend::Generator& generator) {
   fuzz_layer<Scalar>("Conv1d", in, *conv, in_channels, out_channels, any_steps, [](auto&&...) {});
 }
 
+// The activations by a byte: 0-3 the enum's values, 4 Activation(7), outside it.
+inline attend::Activation activation_argument(Input& in) {
+  const Index b = in.below(5);
+  return static_cast<attend::Activation>(b == 4 ? 7 : b);
+}
+inline bool known_activation(attend::Activation a) { return static_cast<int>(a) >= 0 && static_cast<int>(a) <= 3; }
+
+// LayerNorm(normalized_shape) or RMSNorm(dim): valid for sizes >= 1; eval-mode outputs of LayerNorm with its initial
+// parameters have rows of mean ~0.
+// Bytes: normalized_shape (size_argument(32)), then fuzz_layer's.
+template <class Scalar, class Norm>
+void fuzz_norm(const char* name, Input& in) {
+  const Index features = in.size_argument(32);
+  std::optional<Norm> norm;
+  if (!run_expecting(std::string(name) + "(normalized_shape)", features >= 1, [&] { norm.emplace(features); })) return;
+  fuzz_layer<Scalar>(name, in, *norm, features, features, any_steps, [](auto&&...) {});
+}
+
+// PositionWiseFFN(ffn_num_input, ffn_num_hiddens, ffn_num_outputs, activation): valid for sizes >= 1 and an
+// activation of the enum.
+// Bytes: the three sizes (size_argument(32)), activation (mod 5), then fuzz_layer's.
+template <class Scalar>
+void fuzz_position_wise_ffn(Input& in, attend::Generator& generator) {
+  const Index input = in.size_argument(32), hiddens = in.size_argument(32), outputs = in.size_argument(32);
+  const attend::Activation activation = activation_argument(in);
+  std::optional<attend::PositionWiseFFN<Scalar>> ffn;
+  if (!run_expecting("PositionWiseFFN(ffn_num_input, ffn_num_hiddens, ffn_num_outputs, activation)",
+                     input >= 1 && hiddens >= 1 && outputs >= 1 && known_activation(activation),
+                     [&] { ffn.emplace(input, hiddens, outputs, activation, generator); }))
+    return;
+  fuzz_layer<Scalar>("PositionWiseFFN", in, *ffn, input, outputs, any_steps, [](auto&&...) {});
+}
+
+// GatedFFN(num_hiddens, ffn_num_hiddens, activation, bias): valid for sizes >= 1 and an activation of the enum.
+// Bytes: the two sizes (size_argument(32)), activation (mod 5), bias (flag), then fuzz_layer's.
+template <class Scalar>
+void fuzz_gated_ffn(Input& in, attend::Generator& generator) {
+  const Index hiddens = in.size_argument(32), ffn_hiddens = in.size_argument(32);
+  const attend::Activation activation = activation_argument(in);
+  const bool bias = in.flag();
+  std::optional<attend::GatedFFN<Scalar>> ffn;
+  if (!run_expecting("GatedFFN(num_hiddens, ffn_num_hiddens, activation, bias)",
+                     hiddens >= 1 && ffn_hiddens >= 1 && known_activation(activation),
+                     [&] { ffn.emplace(hiddens, ffn_hiddens, activation, bias, generator); }))
+    return;
+  fuzz_layer<Scalar>("GatedFFN", in, *ffn, hiddens, hiddens, any_steps, [](auto&&...) {});
+}
+
 template <class Scalar>
 void fuzz(unsigned entry, Input& in) {
   attend::Generator generator(entry);  // parameters and dropout masks: the same for the same input
@@ -1014,8 +1063,16 @@ void fuzz(unsigned entry, Input& in) {
       return fuzz_positional_encoding<Scalar>(in, generator);
     case 8:
       return fuzz_rnn<Scalar>(in, generator);
-    default:
+    case 9:
       return fuzz_conv1d<Scalar>(in, generator);
+    case 10:
+      return fuzz_norm<Scalar, attend::LayerNorm<Scalar>>("LayerNorm", in);
+    case 11:
+      return fuzz_norm<Scalar, attend::RMSNorm<Scalar>>("RMSNorm", in);
+    case 12:
+      return fuzz_position_wise_ffn<Scalar>(in, generator);
+    default:
+      return fuzz_gated_ffn<Scalar>(in, generator);
   }
 }
 
@@ -1023,7 +1080,7 @@ void fuzz(unsigned entry, Input& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   Input in(data, size);
-  const unsigned entry = in.byte() % 10;
+  const unsigned entry = in.byte() % 14;
   if (in.flag())
     fuzz<double>(entry, in);
   else

@@ -14,7 +14,8 @@ import pathlib
 CORPUS = pathlib.Path(__file__).resolve().parent / "corpus" / "api"
 
 ENTRIES = ["masked_softmax", "transpose_qkv", "transpose_output", "linear", "dot_product_attention",
-           "additive_attention", "multi_head_attention", "positional_encoding", "rnn", "conv1d"]
+           "additive_attention", "multi_head_attention", "positional_encoding", "rnn", "conv1d", "layer_norm",
+           "rms_norm", "position_wise_ffn", "gated_ffn"]
 
 # Input::value: bytes 0xF0 + i are special values, any other byte b is int8(b) / 16.
 NAN, INF, NEG_INF, BIG, DENORMAL, NEG_ZERO, MAX = 0xF0, 0xF1, 0xF2, 0xF3, 0xF5, 0xF7, 0xF8
@@ -104,6 +105,16 @@ def seeds():
     s["conv1d_even_kernel"] = [9, 1, 2, 2, 4, 0] + [0, 1, 3] + tensor_random() + [PARAMETER | TOGGLE, 1]
     s["conv1d_kernel_longer_than_steps"] = [9, 0, 1, 1, 7, 1] + [0, 1, 2] + tensor_random()
     s["conv1d_zero_kernel"] = [9, 0, 2, 2, 0, 1]
+    # The transformer blocks: sizes (and activation, bias); then mode, batch, steps; X; change.
+    s["layer_norm"] = [10, 0, 6] + [0, 2, 3] + tensor_random(3) + [NONE | TOGGLE]
+    s["layer_norm_resized"] = [10, 1, 5] + [1, 1, 2] + tensor_random() + [PARAMETER, 1]
+    s["layer_norm_zero"] = [10, 0, 0]
+    s["rms_norm"] = [11, 1, 7] + [0, 2, 2] + tensor_with_specials([(3, BIG)]) + [INPUT_SHAPE, 0, 2, 4]
+    s["position_wise_ffn"] = [12, 0, 4, 8, 3, 1] + [1, 2, 3] + tensor_random() + [NONE | TOGGLE]
+    s["position_wise_ffn_bad_activation"] = [12, 0, 4, 8, 3, 4]
+    s["position_wise_ffn_negative"] = [12, 1, 4, MINUS_ONE, 3, 0]
+    s["gated_ffn"] = [13, 1, 5, 7, 3, 1] + [0, 2, 3] + tensor_random() + [PARAMETER | TOGGLE, 2]
+    s["gated_ffn_tanh"] = [13, 0, 4, 6, 2, 0] + [0, 1, 4] + tensor_random(2) + [NONE]
 
     # DotProductAttention: dropout; then mode, batch, queries, keys, key width, value width; mask; Q, K, V; change.
     s["dot_product_attention"] = ([4, 0, P0, 0, 2, 3, 4, 4, 2] + mask(PER_BATCH, [0, 2, 3, NO_RULE]) +
