@@ -4,16 +4,17 @@
 // where the definition puts them, nothing written past the outputs; and the path itself: taken for floats on the
 // avx512 level, never elsewhere. The suite runs once per level (ATTEND_ISA), so these check every level's projections
 // of few rows.
+#include <algorithm>
 #include <attend/detail/kernels.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/random.hpp>
+#include <attend/threads.hpp>
 #include <catch2/catch.hpp>
-#include <support/affine.hpp>
-#include <support/matchers.hpp>
-
-#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <support/affine.hpp>
+#include <support/checks.hpp>
+#include <support/matchers.hpp>
 #include <vector>
 
 using attend::Index;
@@ -60,10 +61,11 @@ Matrix<Scalar> projected(const Matrix<Scalar>& X, const Matrix<Scalar>& W, const
 
 TEMPLATE_TEST_CASE("project_rows on at most 8 rows gives X W^T + b, and writes nothing past the outputs",
                    "[few_rows_projection]", float, double) {
-  // rows: one packet of 4 rows or two; in: around the groups of 4 steps, the seed's 100, few_rows_max_in;
-  // out: around the blocks of 8 outputs and the groups of 4.
+  // rows: one packet of 4 rows or two; in: around the groups of 4 steps, the seed's 100, around the width whose copy
+  // of X fits on the stack, few_rows_max_in; out: around the blocks of 8 outputs and the groups of 4.
   const Index rows = GENERATE(1, 3, 4, 5, 8);
-  const Index in = GENERATE(1, 2, 3, 4, 5, 7, 8, 100, attend::detail::tuning::few_rows_max_in);
+  const Index in = GENERATE(1, 2, 3, 4, 5, 7, 8, 100, attend::detail::tuning::few_rows_stack_in,
+                            attend::detail::tuning::few_rows_stack_in + 1, attend::detail::tuning::few_rows_max_in);
   const Index out = GENERATE(1, 3, 4, 5, 8, 9, 13, 100);
   const bool bias = GENERATE(true, false);
   CAPTURE(rows, in, out, bias);
@@ -155,6 +157,25 @@ TEMPLATE_TEST_CASE("project_rows on at most 8 rows reads W as it is: no W^T kept
   REQUIRE_THAT(second, attend_test::Near(affine_by_definition(X, W, b), attend_test::tolerance<TestType>()));
   REQUIRE(second.leftCols(99) == first.leftCols(99));
   REQUIRE((second.col(99).array() != first.col(99).array()).all());
+}
+
+TEMPLATE_TEST_CASE("project_rows on a few rows gives the same bits on 1 and 2 threads",
+                   "[few_rows_projection][threads]", float, double) {
+  // Wide enough that its pieces of outputs are shared among the threads.
+  const Index rows = GENERATE(1, 4), in = 1536, out = 1000;
+  CAPTURE(rows);
+  const Matrix<TestType> X = random_matrix<TestType>(rows, in, 11);  // (rows, in)
+  const Matrix<TestType> W = random_matrix<TestType>(out, in, 12);   // (out, in)
+  const Vector<TestType> b = random_matrix<TestType>(out, 1, 13);
+  TransposedWeight<TestType> kept;
+  const int threads = attend::num_threads();
+  attend::set_num_threads(1);
+  const Matrix<TestType> one = projected(X, W, b, out, kept);
+  attend::set_num_threads(2);
+  const Matrix<TestType> two = projected(X, W, b, out, kept);
+  attend::set_num_threads(threads);
+  REQUIRE(worst_error_ratio<TestType>(one, X, W, b) <= 1.0);
+  REQUIRE(attend_test::same_bits(one, two));
 }
 
 TEST_CASE("The few-rows path exists exactly for floats on the avx512 level", "[few_rows_projection]") {

@@ -76,10 +76,20 @@ constexpr Eigen::Index pack_block_steps = 64;
 // B read in place misses L1 whenever its rows are a power of two apart; with fewer rows the copy does not pay.
 constexpr Eigen::Index packed_product_rows = 64;
 
-// Projections of at most this many rows of floats read W as it is stored on the avx512 level (the seed's 8 rows):
-// no kept copy to compare; and of inputs at most few_rows_max_in wide (their interleaved copy, 16 KiB, on the stack).
+// Projections of at most this many rows of floats read W as it is stored on the avx512 level (the seed's 8 rows, and
+// every decoding step): no kept copy to compare, and W read once. Inputs up to few_rows_max_in wide (a Llama's
+// feed-forward down_proj included); X's interleaved copy is on the stack up to few_rows_stack_in (16 KiB), in a
+// buffer of the calling thread beyond. The outputs go to the threads in pieces of few_rows_piece (a multiple of the
+// kernel's blocks of 8): 24 pieces for a 768-wide projection, enough to share.
 constexpr Eigen::Index few_rows = 8;
-constexpr Eigen::Index few_rows_max_in = 512;
+constexpr Eigen::Index few_rows_max_in = 16384;
+constexpr Eigen::Index few_rows_stack_in = 512;
+constexpr Eigen::Index few_rows_piece = 32;
+
+// A weight streamed from memory once (a projection of a few rows) costs about as much time as this many
+// multiply-adds in cache: one core streams about 10 GB/s (2.5 G floats/s) and multiply-adds about 40 G/s. The work
+// such a projection reports to parallel_for is its weights read times this.
+constexpr double streamed_weight_work = 16;
 
 // A head whose scores take at most this many multiply-adds (queries * keys * d) gets them one dot product each:
 // transposing K for the row kernel costs more than it saves there.

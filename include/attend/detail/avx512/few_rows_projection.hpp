@@ -17,12 +17,14 @@
 // definition (tests/test_few_rows_projection.cpp).
 #pragma once
 
+#include <algorithm>
 #include <attend/config.hpp>
+#include <attend/detail/packet_buffer.hpp>
 #include <attend/detail/projection.hpp>
 #include <attend/detail/target.hpp>
 #include <attend/detail/tuning.hpp>
 #include <attend/tensor.hpp>
-
+#include <attend/threads.hpp>
 #include <cstring>
 #include <type_traits>
 
@@ -34,8 +36,8 @@ inline namespace ATTEND_ABI {
 namespace detail {
 namespace avx512 {
 
-// The floats of X's interleaved copy: for each group of 4 steps, two packets (rows 0-3, rows 4-7).
-constexpr Index few_rows_copy_size = (tuning::few_rows_max_in + 3) / 4 * 32;
+// The floats of X's interleaved copy on the stack: for each group of 4 steps, two packets (rows 0-3, rows 4-7).
+constexpr Index few_rows_copy_size = (tuning::few_rows_stack_in + 3) / 4 * 32;
 
 // X (rows <= 8, in <= few_rows_max_in), rows ldx apart, interleaved by groups of 4 steps into quads (ceil(in / 4),
 // 2, 16): quads[j][h][4c + p] = X[4h + c, 4j + p], zero for 4h + c >= rows or 4j + p >= in.
@@ -118,22 +120,40 @@ void few_rows_times_weight_in(const float* quads, Index rows, Index in, const fl
   few_rows_rest<H>(out - o, quads, rows, in, W + o * in, bias != nullptr ? bias + o : nullptr, Y + o, ldy);
 }
 
-
 // Each of the `count` projections of the same X (rows <= tuning::few_rows, in <= tuning::few_rows_max_in), rows ldx
-// apart, reading W as it is (a kept W^T is not used): X interleaved once, then for each projection blocks of 8
-// outputs and one block of the rest.
+// apart, reading W as it is (a kept W^T is not used): X interleaved once, then pieces of tuning::few_rows_piece
+// outputs of each projection, shared among the threads (each output's sum is the same whoever computes it, so the
+// bits do not depend on the thread count), each in blocks of 8 outputs and one block of the rest. X's copy is on the
+// stack up to few_rows_stack_in inputs, else in a buffer kept by the calling thread (allocated once per width).
 inline void few_rows_projection(const float* X, Index ldx, Index rows, Index in, const Projection<float>* projections,
                                 Index count) {
-  alignas(64) float quads[few_rows_copy_size];  // (ceil(in / 4), 2, 16): X's rows interleaved
-  interleave_step_quads(X, ldx, rows, in, quads);
-  for (Index i = 0; i < count; ++i) {
-    const Projection<float>& p = projections[i];
-    if (rows > 4) {
-      few_rows_times_weight_in<2>(quads, rows, in, p.W, p.out, p.bias, p.Y, p.y_stride);
-    } else {
-      few_rows_times_weight_in<1>(quads, rows, in, p.W, p.out, p.bias, p.Y, p.y_stride);
-    }
+  alignas(64) float on_stack[few_rows_copy_size];
+  static thread_local PacketBuffer<float> kept;
+  float* quads = on_stack;  // (ceil(in / 4), 2, 16): X's rows interleaved
+  if (in > tuning::few_rows_stack_in) {
+    kept.resize((in + 3) / 4 * 32);
+    quads = kept.data();
   }
+  interleave_step_quads(X, ldx, rows, in, quads);
+  constexpr Index piece = tuning::few_rows_piece;
+  Index pieces = 0;
+  double weights = 0;  // W's entries read
+  for (Index i = 0; i < count; ++i) {
+    pieces += (projections[i].out + piece - 1) / piece;
+    weights += static_cast<double>(projections[i].out) * static_cast<double>(in);
+  }
+  parallel_for(pieces, weights * tuning::streamed_weight_work, [&](Index item, int) {
+    const Projection<float>* p = projections;
+    Index o = item * piece;  // the piece's first output, counted over the projections in order
+    while (o >= p->out) o -= (p->out + piece - 1) / piece * piece, ++p;
+    const Index n = std::min(piece, p->out - o);
+    const float* bias = p->bias != nullptr ? p->bias + o : nullptr;
+    if (rows > 4) {
+      few_rows_times_weight_in<2>(quads, rows, in, p->W + o * in, n, bias, p->Y + o, p->y_stride);
+    } else {
+      few_rows_times_weight_in<1>(quads, rows, in, p->W + o * in, n, bias, p->Y + o, p->y_stride);
+    }
+  });
 }
 
 }  // namespace avx512
