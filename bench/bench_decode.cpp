@@ -7,8 +7,8 @@
 // cached overload into a preallocated output. A step reads every cached key and value once: bytes = 2 * keys *
 // kv_heads * head_dim * 4. The program keeps enough caches (each used in turn) that together they exceed the last-level
 // cache, so each step reads its cache from memory, as a model's layers do. Stream/<keys>/<kv_heads>/<head_dim>: the
-// bound, a sum over the same bytes of the same rotation of caches (Eigen's vectorised sum, on as many threads as the
-// step, in pieces). The "bytes_per_second" counters compare directly.
+// bound, a sum over the same bytes of the same rotation of caches (stream_read.hpp, on as many threads as the step,
+// in pieces). The "bytes_per_second" counters compare directly.
 //
 //   ./build/bench/bench_decode --benchmark_filter=Window
 //
@@ -28,6 +28,8 @@
 #include <attend/attend.hpp>
 #include <memory>
 #include <vector>
+
+#include "stream_read.hpp"
 
 namespace {
 
@@ -83,8 +85,7 @@ void Stream(benchmark::State& state) {
     attend::detail::parallel_for(pieces, 1e9, [&](Index piece, int) {
       const Index rows = (keys + pieces - 1) / pieces, r0 = piece * rows, n = std::min(rows, keys - r0);
       float total = 0;
-      for (const float* s : storage)
-        total += Eigen::Map<const Eigen::VectorXf>(s + r0 * width, std::max(n, Index(0)) * width).sum();
+      for (const float* s : storage) total += attend_bench::stream_sum(s + r0 * width, std::max(n, Index(0)) * width);
       sums[static_cast<std::size_t>(piece)] = total;
     });
     benchmark::DoNotOptimize(sums.data());
@@ -112,7 +113,7 @@ void Window(benchmark::State& state) {
 
 void Blocks(benchmark::State& state) {
   const Index n = state.range(0), window = state.range(1), heads = 8, kv_heads = 2, d = 64, blocks = n / window;
-  attend::Tensor3<float> Q(blocks, window, heads * d), K(blocks, window, kv_heads * d);      // (n / W, W, h * d)
+  attend::Tensor3<float> Q(blocks, window, heads * d), K(blocks, window, kv_heads * d);    // (n / W, W, h * d)
   attend::Tensor3<float> V(blocks, window, kv_heads * d), out(blocks, window, heads * d);  // (n / W, W, h * d)
   Q.setRandom();
   K.setRandom();
