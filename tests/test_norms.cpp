@@ -94,25 +94,22 @@ TEST_CASE("The norms' gradients agree with finite differences in double", "[norm
   const Tensor3<double> X = random_tensor<double>(2, 3, 7, 11, -2.0, 3.0);
   const Tensor3<double> Y = random_tensor<double>(2, 3, 7, 12);
   const Tensor3<double> G = random_tensor<double>(2, 3, 7, 13);
-  SECTION("LayerNorm") {
-    LayerNorm<double> norm(7);
-    randomize(norm, 14);
+  const auto check = [&](auto& norm, std::uint64_t seed) {
+    randomize(norm, seed);
     norm(X);
     const Tensor3<double> dX = norm.backward(G);
     Tensor3<double> X_moved = X;
     const auto loss = [&] { return dot(G, norm.forward(X_moved)); };
     REQUIRE_THAT(dX, Near(attend_test::finite_difference(X_moved, loss), attend_test::finite_difference_tolerance()));
     attend_test::require_finite_difference_gradients(norm, loss);
+  };
+  SECTION("LayerNorm") {
+    LayerNorm<double> norm(7);
+    check(norm, 14);
   }
   SECTION("RMSNorm") {
     RMSNorm<double> norm(7);
-    randomize(norm, 15);
-    norm(X);
-    const Tensor3<double> dX = norm.backward(G);
-    Tensor3<double> X_moved = X;
-    const auto loss = [&] { return dot(G, norm.forward(X_moved)); };
-    REQUIRE_THAT(dX, Near(attend_test::finite_difference(X_moved, loss), attend_test::finite_difference_tolerance()));
-    attend_test::require_finite_difference_gradients(norm, loss);
+    check(norm, 15);
   }
   SECTION("AddNorm") {
     AddNorm<double> add_norm(7, 0.0);

@@ -22,6 +22,7 @@
 
 #include <attend/add_norm.hpp>
 #include <attend/config.hpp>
+#include <attend/detail/modules/transformer_sizes.hpp>
 #include <attend/detail/views.hpp>
 #include <attend/embedding.hpp>
 #include <attend/grouped_query_attention.hpp>
@@ -156,7 +157,10 @@ class TransformerDecoder : public detail::WithParameters<TransformerDecoder<Scal
   // Parameters drawn embedding, each block in order, dense. max_len: the longest sequence the positions cover.
   TransformerDecoder(Index vocab_size, Index num_hiddens, Index ffn_num_hiddens, Index num_heads, Index num_blks,
                      Scalar dropout, Index max_len = 1000, Generator& generator = default_generator())
-      : embedding_(vocab_size, checked(num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout, max_len), generator),
+      : embedding_(vocab_size,
+                   detail::checked_transformer_sizes("TransformerDecoder", num_hiddens, ffn_num_hiddens, num_heads,
+                                                     num_blks, dropout, max_len),
+                   generator),
         pos_encoding_(num_hiddens, dropout, max_len, generator),
         blks_(make_blocks(num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout, generator)),
         dense_(num_hiddens, vocab_size, true, generator) {}
@@ -199,7 +203,7 @@ class TransformerDecoder : public detail::WithParameters<TransformerDecoder<Scal
     const char* where = training_ ? "TransformerDecoder" : "TransformerDecoder (decoding)";
     const Index start = training_ ? 0 : state.steps();
     check(tokens, state, start, where);
-    Tensor3<Scalar> X = scaled_embedding(training_ ? embedding_(tokens) : embedding_.forward(tokens));
+    Tensor3<Scalar> X = detail::scaled_by_sqrt_width(training_ ? embedding_(tokens) : embedding_.forward(tokens));
     if (training_) {
       X = pos_encoding_(X);
       for (auto& blk : blks_) X = blk(X, state.enc_outputs, state.enc_valid_lens);
@@ -234,19 +238,13 @@ class TransformerDecoder : public detail::WithParameters<TransformerDecoder<Scal
       dX = std::move(g.X);
       detail::as_matrix(d_enc) += detail::as_matrix(g.enc_outputs);
     }
-    embedding_.backward(scaled_embedding(pos_encoding_.backward(dX)));
+    embedding_.backward(detail::scaled_by_sqrt_width(pos_encoding_.backward(dX)));
     *enc_grad = std::move(d_enc);
   }
 
  private:
   friend class detail::WithParameters<TransformerDecoder<Scalar>, Scalar>;
   static constexpr const char* module_name = "TransformerDecoder";
-
-  Tensor3<Scalar> scaled_embedding(Tensor3<Scalar> E) const {
-    const Scalar scale = std::sqrt(static_cast<Scalar>(num_hiddens()));
-    for (Index i = 0; i < E.size(); ++i) E.data()[i] *= scale;
-    return E;
-  }
 
   // Everything a call reads, before anything changes (a decoding call appends to every cache or to none).
   void check(const Matrix<Index>& tokens, const DecoderState<Scalar>& state, Index start, const char* where) const {
@@ -285,20 +283,6 @@ class TransformerDecoder : public detail::WithParameters<TransformerDecoder<Scal
     blks.reserve(static_cast<std::size_t>(num_blks));
     for (Index i = 0; i < num_blks; ++i) blks.emplace_back(num_hiddens, ffn_num_hiddens, num_heads, dropout, generator);
     return blks;
-  }
-
-  static Index checked(Index num_hiddens, Index ffn_num_hiddens, Index num_heads, Index num_blks, Scalar dropout,
-                       Index max_len) {
-    constexpr const char* where = "TransformerDecoder";
-    detail::require_at_least(num_hiddens, 1, where, "num_hiddens");
-    detail::require_at_least(ffn_num_hiddens, 1, where, "ffn_num_hiddens");
-    detail::require_at_least(num_heads, 1, where, "num_heads");
-    detail::require_at_least(num_blks, 0, where, "num_blks");
-    detail::require(num_hiddens % num_heads == 0, where, ": num_hiddens (", num_hiddens,
-                    ") must be divisible by num_heads (", num_heads, ")");
-    detail::require_probability(dropout, where);
-    detail::require_at_least(max_len, 1, where, "max_len");
-    return num_hiddens;
   }
 
   bool training_ = true;

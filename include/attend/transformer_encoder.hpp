@@ -9,6 +9,7 @@
 #pragma once
 
 #include <attend/config.hpp>
+#include <attend/detail/modules/transformer_sizes.hpp>
 #include <attend/detail/views.hpp>
 #include <attend/embedding.hpp>
 #include <attend/mask.hpp>
@@ -31,7 +32,10 @@ class TransformerEncoder : public detail::WithParameters<TransformerEncoder<Scal
   TransformerEncoder(Index vocab_size, Index num_hiddens, Index ffn_num_hiddens, Index num_heads, Index num_blks,
                      Scalar dropout, bool use_bias = false, Index max_len = 1000,
                      Generator& generator = default_generator())
-      : embedding_(vocab_size, checked(num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout, max_len), generator),
+      : embedding_(vocab_size,
+                   detail::checked_transformer_sizes("TransformerEncoder", num_hiddens, ffn_num_hiddens, num_heads,
+                                                     num_blks, dropout, max_len),
+                   generator),
         pos_encoding_(num_hiddens, dropout, max_len, generator) {
     blks_.reserve(static_cast<std::size_t>(num_blks));
     for (Index i = 0; i < num_blks; ++i)
@@ -57,7 +61,7 @@ class TransformerEncoder : public detail::WithParameters<TransformerEncoder<Scal
   // tokens (batch, steps) -> (batch, steps, num_hiddens); valid_lens (or any Mask) hides padding keys.
   Tensor3<Scalar> operator()(const Matrix<Index>& tokens, const Mask& valid_lens = {}) {
     check(tokens, valid_lens, "TransformerEncoder");
-    Tensor3<Scalar> X = pos_encoding_(scaled_embedding(embedding_(tokens)));  // (batch, steps, num_hiddens)
+    Tensor3<Scalar> X = pos_encoding_(detail::scaled_by_sqrt_width(embedding_(tokens)));  // (batch, steps, num_hiddens)
     for (auto& blk : blks_) X = blk(X, valid_lens);
     recorded_ = true;
     return X;
@@ -66,7 +70,8 @@ class TransformerEncoder : public detail::WithParameters<TransformerEncoder<Scal
   // The evaluation-mode output, keeping nothing.
   Tensor3<Scalar> forward(const Matrix<Index>& tokens, const Mask& valid_lens = {}) const {
     check(tokens, valid_lens, "TransformerEncoder::forward");
-    Tensor3<Scalar> X = scaled_embedding(embedding_.forward(tokens));  // (batch, steps, num_hiddens), plus P
+    Tensor3<Scalar> X =
+        detail::scaled_by_sqrt_width(embedding_.forward(tokens));  // (batch, steps, num_hiddens), plus P
     for (Index b = 0; b < X.dimension(0); ++b) detail::slice(X, b) += pos_encoding_.P().topRows(X.dimension(1));
     for (const auto& blk : blks_) X = blk.forward(X, valid_lens);
     return X;
@@ -81,19 +86,12 @@ class TransformerEncoder : public detail::WithParameters<TransformerEncoder<Scal
     detail::require_recorded(recorded_, where, "TransformerEncoder");
     Tensor3<Scalar> d = blks_.empty() ? Tensor3<Scalar>(dY) : blks_.back().backward(dY);
     for (std::size_t i = blks_.size(); i-- > 1;) d = blks_[i - 1].backward(d);
-    embedding_.backward(scaled_embedding(pos_encoding_.backward(d)));
+    embedding_.backward(detail::scaled_by_sqrt_width(pos_encoding_.backward(d)));
   }
 
  private:
   friend class detail::WithParameters<TransformerEncoder<Scalar>, Scalar>;
   static constexpr const char* module_name = "TransformerEncoder";
-
-  // E * sqrt(num_hiddens), in place: the embedding's scale, and the same factor on its gradient.
-  Tensor3<Scalar> scaled_embedding(Tensor3<Scalar> E) const {
-    const Scalar scale = std::sqrt(static_cast<Scalar>(num_hiddens()));
-    for (Index i = 0; i < E.size(); ++i) E.data()[i] *= scale;
-    return E;
-  }
 
   void check(const Matrix<Index>& tokens, const Mask& valid_lens, const char* where) const {
     embedding_.check_tokens(tokens, where);
@@ -107,21 +105,6 @@ class TransformerEncoder : public detail::WithParameters<TransformerEncoder<Scal
     self.embedding_.visit_with_gradients(detail::prefixed("embedding.", visit));
     for (std::size_t i = 0; i < self.blks_.size(); ++i)
       self.blks_[i].visit_with_gradients(detail::prefixed("blks.block" + std::to_string(i) + ".", visit));
-  }
-
-  // Every size, checked before any parameter is drawn; returns num_hiddens.
-  static Index checked(Index num_hiddens, Index ffn_num_hiddens, Index num_heads, Index num_blks, Scalar dropout,
-                       Index max_len) {
-    constexpr const char* where = "TransformerEncoder";
-    detail::require_at_least(num_hiddens, 1, where, "num_hiddens");
-    detail::require_at_least(ffn_num_hiddens, 1, where, "ffn_num_hiddens");
-    detail::require_at_least(num_heads, 1, where, "num_heads");
-    detail::require_at_least(num_blks, 0, where, "num_blks");
-    detail::require(num_hiddens % num_heads == 0, where, ": num_hiddens (", num_hiddens,
-                    ") must be divisible by num_heads (", num_heads, ")");
-    detail::require_probability(dropout, where);
-    detail::require_at_least(max_len, 1, where, "max_len");
-    return num_hiddens;
   }
 
   bool training_ = true;
