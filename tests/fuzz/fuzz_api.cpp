@@ -2,7 +2,7 @@
 //
 // One input is one call sequence on one entry point (masked_softmax, transpose_qkv, transpose_output, Linear,
 // DotProductAttention, AdditiveAttention, MultiHeadAttention, PositionalEncoding, RNN, Conv1d, LayerNorm, RMSNorm,
-// PositionWiseFFN, GatedFFN), in float or double.
+// PositionWiseFFN, GatedFFN, TransformerEncoderBlock), in float or double.
 // A module is constructed, called once on inputs that agree with its sizes, then changed in one way (another shape
 // for one input, a resized parameter, another mask, the other mode) and called again. DotProductAttention and
 // MultiHeadAttention then get a path (set_path) and a thread count (set_num_threads), and the second call's arguments
@@ -31,7 +31,7 @@
 // A violation prints what went wrong and traps, which libFuzzer reports as a crash and saves the input.
 //
 // The bytes are read front to back, one field per byte (a value may take one byte, a tensor a few); past the end of
-// the input every byte reads as 0. Byte 0 picks the entry point (mod 14), byte 1 the scalar type (odd: double),
+// the input every byte reads as 0. Byte 0 picks the entry point (mod 15), byte 1 the scalar type (odd: double),
 // then each entry point reads the fields listed in its comment. make_api_corpus.py writes seeds in this layout.
 #include <attend/attend.hpp>
 #include <cmath>
@@ -1041,6 +1041,27 @@ void fuzz_gated_ffn(Input& in, attend::Generator& generator) {
   fuzz_layer<Scalar>("GatedFFN", in, *ffn, hiddens, hiddens, any_steps, [](auto&&...) {});
 }
 
+// TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, use_bias, activation, norm_first): valid
+// for sizes >= 1, num_hiddens divisible by num_heads, dropout in [0, 1] and an activation of the enum; no mask.
+// Bytes: num_hiddens, ffn_num_hiddens (size_argument(16)), num_heads (size_argument(4)), dropout, use_bias (flag),
+// activation (mod 5), norm_first (flag), then fuzz_layer's.
+template <class Scalar>
+void fuzz_transformer_encoder_block(Input& in, attend::Generator& generator) {
+  const Index hiddens = in.size_argument(16), ffn_hiddens = in.size_argument(16), heads = in.size_argument(4);
+  const Scalar dropout = in.dropout<Scalar>();
+  const bool bias = in.flag();
+  const attend::Activation activation = activation_argument(in);
+  const bool norm_first = in.flag();
+  const bool valid = hiddens >= 1 && ffn_hiddens >= 1 && heads >= 1 && hiddens % heads == 0 && dropout >= 0 &&
+                     dropout <= 1 && known_activation(activation);
+  std::optional<attend::TransformerEncoderBlock<Scalar>> block;
+  if (!run_expecting("TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, ...)", valid, [&] {
+        block.emplace(hiddens, ffn_hiddens, heads, dropout, bias, activation, norm_first, Scalar(1e-5), generator);
+      }))
+    return;
+  fuzz_layer<Scalar>("TransformerEncoderBlock", in, *block, hiddens, hiddens, any_steps, [](auto&&...) {});
+}
+
 template <class Scalar>
 void fuzz(unsigned entry, Input& in) {
   attend::Generator generator(entry);  // parameters and dropout masks: the same for the same input
@@ -1071,8 +1092,10 @@ void fuzz(unsigned entry, Input& in) {
       return fuzz_norm<Scalar, attend::RMSNorm<Scalar>>("RMSNorm", in);
     case 12:
       return fuzz_position_wise_ffn<Scalar>(in, generator);
-    default:
+    case 13:
       return fuzz_gated_ffn<Scalar>(in, generator);
+    default:
+      return fuzz_transformer_encoder_block<Scalar>(in, generator);
   }
 }
 
@@ -1080,7 +1103,7 @@ void fuzz(unsigned entry, Input& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   Input in(data, size);
-  const unsigned entry = in.byte() % 14;
+  const unsigned entry = in.byte() % 15;
   if (in.flag())
     fuzz<double>(entry, in);
   else

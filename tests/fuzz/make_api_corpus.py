@@ -15,7 +15,7 @@ CORPUS = pathlib.Path(__file__).resolve().parent / "corpus" / "api"
 
 ENTRIES = ["masked_softmax", "transpose_qkv", "transpose_output", "linear", "dot_product_attention",
            "additive_attention", "multi_head_attention", "positional_encoding", "rnn", "conv1d", "layer_norm",
-           "rms_norm", "position_wise_ffn", "gated_ffn"]
+           "rms_norm", "position_wise_ffn", "gated_ffn", "transformer_encoder_block"]
 
 # Input::value: bytes 0xF0 + i are special values, any other byte b is int8(b) / 16.
 NAN, INF, NEG_INF, BIG, DENORMAL, NEG_ZERO, MAX = 0xF0, 0xF1, 0xF2, 0xF3, 0xF5, 0xF7, 0xF8
@@ -115,6 +115,11 @@ def seeds():
     s["position_wise_ffn_negative"] = [12, 1, 4, MINUS_ONE, 3, 0]
     s["gated_ffn"] = [13, 1, 5, 7, 3, 1] + [0, 2, 3] + tensor_random() + [PARAMETER | TOGGLE, 2]
     s["gated_ffn_tanh"] = [13, 0, 4, 6, 2, 0] + [0, 1, 4] + tensor_random(2) + [NONE]
+    # TransformerEncoderBlock: num_hiddens, ffn, heads, dropout, use_bias, activation, norm_first; then fuzz_layer's.
+    s["transformer_encoder_block"] = [14, 0, 8, 12, 2, P0, 1, 0, 0] + [0, 2, 3] + tensor_random() + [NONE | TOGGLE]
+    s["transformer_encoder_block_pre_norm"] = ([14, 1, 6, 5, 3, P_HALF, 0, 1, 1] + [1, 1, 4] + tensor_random() +
+                                               [PARAMETER, 3])
+    s["transformer_encoder_block_indivisible"] = [14, 0, 6, 5, 4, P0, 0, 0, 0]
 
     # DotProductAttention: dropout; then mode, batch, queries, keys, key width, value width; mask; Q, K, V; change.
     s["dot_product_attention"] = ([4, 0, P0, 0, 2, 3, 4, 4, 2] + mask(PER_BATCH, [0, 2, 3, NO_RULE]) +
