@@ -7,6 +7,7 @@
 #pragma once
 
 #include <attend/config.hpp>
+
 #include <attend/detail/views.hpp>
 #include <attend/tensor.hpp>
 #include <cmath>

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <attend/config.hpp>
+
 #include <attend/detail/views.hpp>
 #include <attend/dropout.hpp>
 #include <attend/layer_norm.hpp>

@@ -17,8 +17,9 @@
 // norm.*, lm_head.weight (untied).
 #pragma once
 
-#include <attend/activation.hpp>
 #include <attend/config.hpp>
+
+#include <attend/activation.hpp>
 #include <attend/detail/products.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/detail/views.hpp>
@@ -277,7 +278,7 @@ class CausalLM : public detail::WithParameters<CausalLM<Scalar>, Scalar> {
   // tokens (batch, steps), positions 0 .. steps - 1 -> logits (batch, steps, vocab_size). Records for backward().
   Tensor3<Scalar> operator()(const Matrix<Index>& tokens) {
     check(tokens, 0, "CausalLM");
-    Tensor3<Scalar> X = embed(tokens, 0, true);  // (batch, steps, num_hiddens)
+    Tensor3<Scalar> X = embed_recorded(tokens);  // (batch, steps, num_hiddens)
     const Mask m = mask();
     for (auto& layer : layers_) X = layer(X, m);
     Tensor3<Scalar> N = std::visit([&](auto& p) { return p(X); }, norm_);  // (batch, steps, num_hiddens)
@@ -357,18 +358,18 @@ class CausalLM : public detail::WithParameters<CausalLM<Scalar>, Scalar> {
                       ")");
   }
 
-  // The token embeddings plus the learned positions start .. start + steps - 1, recording when asked.
-  Tensor3<Scalar> embed(const Matrix<Index>& tokens, Index start, bool record) {
-    if (!record) return embed_const(tokens, start);
+  // The token embeddings plus the learned positions 0 .. steps - 1, recorded for backward().
+  Tensor3<Scalar> embed_recorded(const Matrix<Index>& tokens) {
     Tensor3<Scalar> X = embedding_(tokens);  // (batch, steps, num_hiddens)
     if (positions_) {
-      Matrix<Index> where(tokens.rows(), tokens.cols());  // (batch, steps): each step's position
+      Matrix<Index> steps(tokens.rows(), tokens.cols());  // (batch, steps): each step's position
       for (Index b = 0; b < tokens.rows(); ++b)
-        for (Index t = 0; t < tokens.cols(); ++t) where(b, t) = start + t;
-      detail::as_matrix(X) += detail::as_matrix((*positions_)(where));
+        for (Index t = 0; t < tokens.cols(); ++t) steps(b, t) = t;
+      detail::as_matrix(X) += detail::as_matrix((*positions_)(steps));
     }
     return X;
   }
+  // The same at positions start .. start + steps - 1, recording nothing.
   Tensor3<Scalar> embed_const(const Matrix<Index>& tokens, Index start) const {
     Tensor3<Scalar> X = embedding_.forward(tokens);  // (batch, steps, num_hiddens)
     if (positions_)
@@ -397,7 +398,8 @@ class CausalLM : public detail::WithParameters<CausalLM<Scalar>, Scalar> {
     const Index rows = N.dimension(0) * N.dimension(1), d = config_.num_hiddens;
     detail::times<Scalar>(false, dlogits.data(), config_.vocab_size, rows, config_.vocab_size, W.data(), d, d,
                           dN.data(), d);
-    Matrix<Scalar> dW(config_.vocab_size, d);  // (vocab_size, num_hiddens)
+    Matrix<Scalar>& dW = head_weight_grad_;  // (vocab_size, num_hiddens): this call's, then added, as Linear does
+    dW.resize(config_.vocab_size, d);
     detail::transposed_times<Scalar>(false, detail::as_matrix(dlogits), detail::as_matrix(N), dW);
     embedding_.weight_grad() += dW;
     return dN;
@@ -421,6 +423,7 @@ class CausalLM : public detail::WithParameters<CausalLM<Scalar>, Scalar> {
   std::optional<Embedding<Scalar>> positions_;  // (max_positions, num_hiddens): GPT-2's wpe
   std::optional<Linear<Scalar>> lm_head_;       // (vocab_size, num_hiddens), absent when tied
   Tensor3<Scalar> recorded_normed_;             // (batch, steps, num_hiddens): norm(X) of the last training call
+  Matrix<Scalar> head_weight_grad_;             // (vocab_size, num_hiddens): the tied head's scratch, no state
   bool recorded_ = false;
 };
 

@@ -31,32 +31,8 @@ void dropout_inplace(Eigen::DenseBase<Derived>& X, Scalar p, Generator& generato
     }
 }
 
-// The same, writing each entry's factor into `factors` (X's size, in X's memory order; X contiguous): 0 for a dropped
-// entry, 1 / (1 - p) for a kept one, 1 everywhere when p = 0. The same draws and the same X as dropout_inplace:
-// the factors are the derivative of the result with respect to X, for a backward pass.
-template <class Derived, class Scalar>
-void dropout_inplace(Eigen::DenseBase<Derived>& X, Scalar p, Generator& generator, Scalar* factors) {
-  const Index n = X.size();
-  Scalar* x = X.derived().data();
-  if (p == Scalar(0)) {
-    std::fill(factors, factors + n, Scalar(1));
-    return;
-  }
-  if (p == Scalar(1)) {
-    std::fill(factors, factors + n, Scalar(0));
-    std::fill(x, x + n, Scalar(0));
-    return;
-  }
-  const Scalar keep_scale = Scalar(1) / (Scalar(1) - p);
-  for (Index i = 0; i < n; ++i) {
-    const bool dropped = generator.uniform01<Scalar>() < p;
-    factors[i] = dropped ? Scalar(0) : keep_scale;
-    x[i] = dropped ? Scalar(0) : x[i] * keep_scale;
-  }
-}
-
 // The factors alone, for n entries: 0 (dropped, with probability p) or 1 / (1 - p), from the same draws as
-// dropout_inplace; 1 everywhere when p = 0 (no draw).
+// dropout_inplace; 1 everywhere when p = 0 and 0 when p = 1 (no draw).
 template <class Scalar>
 void dropout_factors(Scalar* factors, Index n, Scalar p, Generator& generator) {
   if (p == Scalar(0) || p == Scalar(1)) {
@@ -65,6 +41,18 @@ void dropout_factors(Scalar* factors, Index n, Scalar p, Generator& generator) {
   }
   const Scalar keep_scale = Scalar(1) / (Scalar(1) - p);
   for (Index i = 0; i < n; ++i) factors[i] = generator.uniform01<Scalar>() < p ? Scalar(0) : keep_scale;
+}
+
+// The same, writing each entry's factor into `factors` (X's size, in X's memory order; X contiguous): 0 for a dropped
+// entry, 1 / (1 - p) for a kept one, 1 everywhere when p = 0. The same draws and the same X as dropout_inplace:
+// the factors are the derivative of the result with respect to X, for a backward pass.
+template <class Derived, class Scalar>
+void dropout_inplace(Eigen::DenseBase<Derived>& X, Scalar p, Generator& generator, Scalar* factors) {
+  const Index n = X.size();
+  Scalar* x = X.derived().data();
+  dropout_factors(factors, n, p, generator);
+  if (p == Scalar(0)) return;
+  for (Index i = 0; i < n; ++i) x[i] = factors[i] == Scalar(0) ? Scalar(0) : x[i] * factors[i];
 }
 
 }  // namespace detail

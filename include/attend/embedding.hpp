@@ -8,6 +8,7 @@
 #pragma once
 
 #include <attend/config.hpp>
+
 #include <attend/detail/views.hpp>
 #include <attend/module.hpp>
 #include <attend/parameter.hpp>

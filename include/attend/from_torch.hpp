@@ -41,8 +41,9 @@
 // .when_fully_masked(FullyMasked::zero).
 #pragma once
 
-#include <algorithm>
 #include <attend/config.hpp>
+
+#include <algorithm>
 #include <attend/mask.hpp>
 #include <attend/multi_head_attention.hpp>
 #include <attend/random.hpp>

@@ -35,9 +35,11 @@
 // unexpected tensor, biases on some projections only (Qwen2's q, k and v biases without o's), a rope_scaling.
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <attend/activation.hpp>
 #include <attend/causal_lm.hpp>
-#include <attend/config.hpp>
+#include <attend/from_torch.hpp>
 #include <attend/random.hpp>
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
@@ -74,26 +76,10 @@ inline Activation activation_from_transformers(const std::string& name) {
                                       "\" is not one of silu, swish, gelu, gelu_new, gelu_pytorch_tanh, relu"));
 }
 
-// dict's tensor `name` as a (rows, cols) matrix transposed, as a NamedTensor (cols, rows).
+// A rank-2 tensor transposed: GPT-2's Conv1D stores its weight (in, out), Linear's is (out, in).
 template <class Scalar>
 NamedTensor<Scalar> transposed(const NamedTensor<Scalar>& t) {
-  NamedTensor<Scalar> out;
-  out.shape = {t.shape[1], t.shape[0]};
-  out.values.resize(t.values.size());
-  for (Index r = 0; r < t.shape[0]; ++r)
-    for (Index c = 0; c < t.shape[1]; ++c)
-      out.values[static_cast<std::size_t>(c * t.shape[0] + r)] = t.values[static_cast<std::size_t>(r * t.shape[1] + c)];
-  return out;
-}
-
-// Elements [first, first + count) of a vector, or rows [first, first + count) of a matrix.
-template <class Scalar>
-NamedTensor<Scalar> rows_of(const NamedTensor<Scalar>& t, Index first, Index count) {
-  const Index width = t.shape.size() == 2 ? t.shape[1] : 1;
-  NamedTensor<Scalar> out;
-  out.shape = t.shape.size() == 2 ? std::vector<Index>{count, width} : std::vector<Index>{count};
-  out.values.assign(t.values.begin() + first * width, t.values.begin() + (first + count) * width);
-  return out;
+  return named_tensor(to_matrix(t, "").transpose());
 }
 
 }  // namespace detail
@@ -236,7 +222,8 @@ StateDict<Scalar> causal_lm_state_dict_from_transformers(const CausalLMConfig& c
                           ", got ", detail::shape_text(t.shape));
           const NamedTensor<Scalar> W = matrix ? detail::transposed(t) : t;  // (3d, d) or (3d)
           const char* parts[] = {"attention.W_q.", "attention.W_k.", "attention.W_v."};
-          for (Index p = 0; p < 3; ++p) out[i + parts[p] + (matrix ? "weight" : "bias")] = detail::rows_of(W, p * d, d);
+          for (Index p = 0; p < 3; ++p)
+            out[i + parts[p] + (matrix ? "weight" : "bias")] = detail::torch_rows(W, p * d, d, matrix ? d : 0);
           continue;
         }
         static const std::vector<std::pair<std::string, std::string>> convs = {

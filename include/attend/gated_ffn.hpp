@@ -8,8 +8,9 @@
 // transformers' names. operator() keeps X, gate_proj(X) and up_proj(X) for backward(); forward() const keeps nothing.
 #pragma once
 
-#include <attend/activation.hpp>
 #include <attend/config.hpp>
+
+#include <attend/activation.hpp>
 #include <attend/detail/views.hpp>
 #include <attend/linear.hpp>
 #include <attend/module.hpp>
@@ -80,15 +81,17 @@ class GatedFFN : public Module, public detail::WithParameters<GatedFFN<Scalar>, 
     const Tensor3<Scalar>& U = recorded_up_;     // (batch, steps, ffn_num_hiddens)
     detail::require_shape(dY, {X.dimension(0), X.dimension(1), X.dimension(2)}, where, "grad_output",
                           "(batch, steps, num_hiddens)");
+    Tensor3<Scalar> F(G.dimensions());  // (batch, steps, ffn_num_hiddens): f(G), once for A and for dU
+    detail::activate(activation_, G.data(), F.data(), F.size());
     Tensor3<Scalar> A(G.dimensions());  // (batch, steps, ffn_num_hiddens): down_proj's input, again
-    gate(G, U, A);
+    for (Index i = 0; i < A.size(); ++i) A.data()[i] = F.data()[i] * U.data()[i];
     Tensor3<Scalar> dA(G.dimensions());  // (batch, steps, ffn_num_hiddens)
     down_proj_.backward_rows(detail::as_matrix(A), detail::as_matrix(dY), dA.data());
     Tensor3<Scalar> dG(G.dimensions()), dU(G.dimensions());  // (batch, steps, ffn_num_hiddens) each
     for (Index i = 0; i < dA.size(); ++i) {                  // dG = dA U f'(G), dU = dA f(G)
-      const Scalar g = G.data()[i], da = dA.data()[i];
-      dG.data()[i] = da * U.data()[i] * detail::activation_derivative(activation_, g);
-      dU.data()[i] = da * detail::activate(activation_, g);
+      const Scalar da = dA.data()[i];
+      dG.data()[i] = da * U.data()[i] * detail::activation_derivative(activation_, G.data()[i]);
+      dU.data()[i] = da * F.data()[i];
     }
     Tensor3<Scalar> dX(X.dimensions());  // (batch, steps, num_hiddens): through gate_proj, then up_proj's added
     gate_proj_.backward_rows(detail::as_matrix(X), detail::as_matrix(dG), dX.data());

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <attend/config.hpp>
+
 #include <attend/detail/modules/norm_module.hpp>
 
 namespace attend {

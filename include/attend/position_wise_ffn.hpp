@@ -8,8 +8,9 @@
 // dense1's output for backward(); forward() const keeps nothing.
 #pragma once
 
-#include <attend/activation.hpp>
 #include <attend/config.hpp>
+
+#include <attend/activation.hpp>
 #include <attend/detail/views.hpp>
 #include <attend/linear.hpp>
 #include <attend/module.hpp>

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <attend/config.hpp>
+
 #include <cmath>
 #include <cstdint>
 #include <limits>

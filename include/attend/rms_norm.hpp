@@ -9,6 +9,7 @@
 #pragma once
 
 #include <attend/config.hpp>
+
 #include <attend/detail/modules/norm_module.hpp>
 
 namespace attend {

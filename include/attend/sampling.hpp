@@ -6,8 +6,9 @@
 //                          Generator (its uniform01<double>), walking the candidates from the largest
 #pragma once
 
-#include <algorithm>
 #include <attend/config.hpp>
+
+#include <algorithm>
 #include <attend/random.hpp>
 #include <attend/tensor.hpp>
 #include <cmath>

@@ -20,8 +20,9 @@
 // blks.block0.attention1.W_q.weight, ..., blks.block0.addnorm3.ln.bias, ..., dense.weight, dense.bias.
 #pragma once
 
-#include <attend/add_norm.hpp>
 #include <attend/config.hpp>
+
+#include <attend/add_norm.hpp>
 #include <attend/detail/modules/transformer_sizes.hpp>
 #include <attend/detail/views.hpp>
 #include <attend/embedding.hpp>

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <attend/config.hpp>
+
 #include <attend/detail/modules/transformer_sizes.hpp>
 #include <attend/detail/views.hpp>
 #include <attend/embedding.hpp>

@@ -15,9 +15,10 @@
 // addnorm2.ln.bias (d2l's names; transformer_encoder_layer_from_torch in from_torch.hpp maps PyTorch's).
 #pragma once
 
+#include <attend/config.hpp>
+
 #include <attend/activation.hpp>
 #include <attend/add_norm.hpp>
-#include <attend/config.hpp>
 #include <attend/detail/views.hpp>
 #include <attend/dropout.hpp>
 #include <attend/mask.hpp>

@@ -17,8 +17,9 @@
 // sum and its normalisation in one pass over memory.
 #pragma once
 
-#include <algorithm>
 #include <attend/config.hpp>
+
+#include <algorithm>
 #include <attend/tensor.hpp>
 #include <cmath>
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <attend/config.hpp>
+
 #include <attend/detail/normalization.hpp>
 #include <attend/detail/views.hpp>
 #include <attend/module.hpp>

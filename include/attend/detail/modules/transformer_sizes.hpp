@@ -4,6 +4,7 @@
 #pragma once
 
 #include <attend/config.hpp>
+
 #include <attend/tensor.hpp>
 #include <cmath>
 
