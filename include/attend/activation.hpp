@@ -8,9 +8,13 @@
 
 #include <attend/config.hpp>
 
+#include <attend/detail/tuning.hpp>
 #include <attend/detail/views.hpp>
 #include <attend/tensor.hpp>
+#include <attend/threads.hpp>
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace attend {
 inline namespace ATTEND_ABI {
@@ -89,16 +93,44 @@ Scalar activation_derivative(Activation activation, Scalar x) {
   return Scalar(1);
 }
 
+// body(A, begin, end) over [0, n) in pieces of tuning::elementwise_piece shared among the threads, with the
+// activation A a compile-time constant there, so that the per-element switch folds away and each loop is one formula.
+// Every element is computed alone: the same bits for any number of threads.
+template <class Body>
+void for_activation_pieces(Activation activation, Index n, Body&& body) {
+  const Index pieces = (n + tuning::elementwise_piece - 1) / tuning::elementwise_piece;
+  const double work = static_cast<double>(n) *
+                      (activation == Activation::relu ? tuning::elementwise_work : tuning::transcendental_work);
+  const auto as_constant = [&](auto constant, Index begin, Index end) { body(constant, begin, end); };
+  parallel_for(pieces, work, [&](Index piece, int) {
+    const Index begin = piece * tuning::elementwise_piece, end = std::min(n, begin + tuning::elementwise_piece);
+    switch (activation) {
+      case Activation::relu:
+        return as_constant(std::integral_constant<Activation, Activation::relu>{}, begin, end);
+      case Activation::gelu:
+        return as_constant(std::integral_constant<Activation, Activation::gelu>{}, begin, end);
+      case Activation::gelu_tanh:
+        return as_constant(std::integral_constant<Activation, Activation::gelu_tanh>{}, begin, end);
+      case Activation::silu:
+        return as_constant(std::integral_constant<Activation, Activation::silu>{}, begin, end);
+    }
+  });
+}
+
 // y[i] = f(x[i]) for n elements; y may be x.
 template <class Scalar>
 void activate(Activation activation, const Scalar* x, Scalar* y, Index n) {
-  for (Index i = 0; i < n; ++i) y[i] = activate(activation, x[i]);
+  for_activation_pieces(activation, n, [&](auto a, Index begin, Index end) {
+    for (Index i = begin; i < end; ++i) y[i] = activate(a.value, x[i]);
+  });
 }
 
 // dx[i] = dy[i] f'(x[i]) for n elements; dx may be dy.
 template <class Scalar>
 void activation_backward(Activation activation, const Scalar* x, const Scalar* dy, Scalar* dx, Index n) {
-  for (Index i = 0; i < n; ++i) dx[i] = dy[i] * activation_derivative(activation, x[i]);
+  for_activation_pieces(activation, n, [&](auto a, Index begin, Index end) {
+    for (Index i = begin; i < end; ++i) dx[i] = dy[i] * activation_derivative(a.value, x[i]);
+  });
 }
 
 }  // namespace detail

@@ -88,11 +88,13 @@ class GatedFFN : public Module, public detail::WithParameters<GatedFFN<Scalar>, 
     Tensor3<Scalar> dA(G.dimensions());  // (batch, steps, ffn_num_hiddens)
     down_proj_.backward_rows(detail::as_matrix(A), detail::as_matrix(dY), dA.data());
     Tensor3<Scalar> dG(G.dimensions()), dU(G.dimensions());  // (batch, steps, ffn_num_hiddens) each
-    for (Index i = 0; i < dA.size(); ++i) {                  // dG = dA U f'(G), dU = dA f(G)
-      const Scalar da = dA.data()[i];
-      dG.data()[i] = da * U.data()[i] * detail::activation_derivative(activation_, G.data()[i]);
-      dU.data()[i] = da * F.data()[i];
-    }
+    detail::for_activation_pieces(activation_, dA.size(), [&](auto f, Index begin, Index end) {
+      for (Index i = begin; i < end; ++i) {  // dG = dA U f'(G), dU = dA f(G)
+        const Scalar da = dA.data()[i];
+        dG.data()[i] = da * U.data()[i] * detail::activation_derivative(f.value, G.data()[i]);
+        dU.data()[i] = da * F.data()[i];
+      }
+    });
     Tensor3<Scalar> dX(X.dimensions());  // (batch, steps, num_hiddens): through gate_proj, then up_proj's added
     gate_proj_.backward_rows(detail::as_matrix(X), detail::as_matrix(dG), dX.data());
     Tensor3<Scalar> dX_up(X.dimensions());  // (batch, steps, num_hiddens)
@@ -107,7 +109,11 @@ class GatedFFN : public Module, public detail::WithParameters<GatedFFN<Scalar>, 
 
   // A = f(G) * U, elementwise; A may be G.
   void gate(const Tensor3<Scalar>& G, const Tensor3<Scalar>& U, Tensor3<Scalar>& A) const {
-    for (Index i = 0; i < A.size(); ++i) A.data()[i] = detail::activate(activation_, G.data()[i]) * U.data()[i];
+    const Scalar *g = G.data(), *u = U.data();
+    Scalar* y = A.data();
+    detail::for_activation_pieces(activation_, A.size(), [&](auto f, Index begin, Index end) {
+      for (Index i = begin; i < end; ++i) y[i] = detail::activate(f.value, g[i]) * u[i];
+    });
   }
 
   void check_input(const ConstTensorMap3<Scalar>& X, const char* where) const {

@@ -19,8 +19,10 @@
 
 #include <attend/config.hpp>
 
-#include <algorithm>
+#include <attend/detail/tuning.hpp>
 #include <attend/tensor.hpp>
+#include <attend/threads.hpp>
+#include <algorithm>
 #include <cmath>
 
 namespace attend {
@@ -39,6 +41,32 @@ struct NormRows {
   const Scalar* bias;    // (features), or null (RMS norm has none)
 };
 
+// sum over j in [0, n) of term(j), in 16 fixed lanes: lane l takes j = l, l + lanes, ..., and the lanes
+// are added in one fixed order at the end. A loop the compiler vectorizes without reassociating anything (a single
+// running sum is one chain of dependent adds, n times an add's latency), with the same bits on every call.
+template <class Scalar, class Term>
+Scalar lane_sum(Index n, Term&& term) {
+  constexpr int lanes = 16;
+  Scalar part[lanes] = {};
+  Index j = 0;
+  for (; j + lanes <= n; j += lanes)
+    for (int l = 0; l < lanes; ++l) part[l] += term(j + l);
+  for (int l = 0; j < n; ++j, ++l) part[l] += term(j);
+  for (int width = lanes / 2; width > 0; width /= 2)
+    for (int l = 0; l < width; ++l) part[l] += part[l + width];
+  return part[0];
+}
+
+// body(begin, end) over the rows in pieces of about tuning::elementwise_piece elements, shared among the threads;
+// each row is computed by one thread, so the bits do not depend on their number.
+template <class Body>
+void for_row_pieces(Index rows, Index features, Body&& body) {
+  const Index per_piece = std::max<Index>(1, tuning::elementwise_piece / std::max<Index>(1, features));
+  const Index pieces = (rows + per_piece - 1) / per_piece;
+  parallel_for(pieces, static_cast<double>(rows) * static_cast<double>(features) * tuning::elementwise_work,
+               [&](Index piece, int) { body(piece * per_piece, std::min(rows, (piece + 1) * per_piece)); });
+}
+
 // Y = norm(X + R F): X, Y (rows, features) contiguous; R (same shape) or null for no residual, F its factors (same
 // shape) or null for 1; Z (same shape) receives X + R F when not null (the input the backward needs). Y may be X.
 // mean_out and rstd_out (rows) receive the statistics when not null (mean 0 for RMS).
@@ -46,69 +74,76 @@ template <class Scalar>
 void normalize_rows(const NormRows<Scalar>& p, const Scalar* X, const Scalar* R, const Scalar* F, Scalar* Z, Scalar* Y,
                     Scalar* mean_out, Scalar* rstd_out) {
   const Index n = p.features;
-  for (Index row = 0; row < p.rows; ++row) {
-    const Scalar* x = X + row * n;
-    if (R != nullptr) {  // z = x + r f, into Z (kept) or into Y (computed in place there)
-      Scalar* z = Z != nullptr ? Z + row * n : Y + row * n;
-      const Scalar* r = R + row * n;
-      if (F != nullptr) {
-        const Scalar* f = F + row * n;
-        for (Index j = 0; j < n; ++j) z[j] = x[j] + r[j] * f[j];
-      } else {
-        for (Index j = 0; j < n; ++j) z[j] = x[j] + r[j];
+  for_row_pieces(p.rows, n, [&](Index first, Index last) {
+    for (Index row = first; row < last; ++row) {
+      const Scalar* x = X + row * n;
+      if (R != nullptr) {  // z = x + r f, into Z (kept) or into Y (computed in place there)
+        Scalar* z = Z != nullptr ? Z + row * n : Y + row * n;
+        const Scalar* r = R + row * n;
+        if (F != nullptr) {
+          const Scalar* f = F + row * n;
+          for (Index j = 0; j < n; ++j) z[j] = x[j] + r[j] * f[j];
+        } else {
+          for (Index j = 0; j < n; ++j) z[j] = x[j] + r[j];
+        }
+        x = z;
+      } else if (Z != nullptr) {
+        std::copy(x, x + n, Z + row * n);
       }
-      x = z;
-    } else if (Z != nullptr) {
-      std::copy(x, x + n, Z + row * n);
+      const Scalar mean = p.kind == NormKind::layer
+                              ? lane_sum<Scalar>(n, [x](Index j) { return x[j]; }) / static_cast<Scalar>(n)
+                              : Scalar(0);
+      const Scalar squares = lane_sum<Scalar>(n, [x, mean](Index j) { return (x[j] - mean) * (x[j] - mean); });
+      const Scalar rstd = Scalar(1) / std::sqrt(squares / static_cast<Scalar>(n) + p.eps);
+      Scalar* y = Y + row * n;
+      if (p.bias != nullptr) {
+        for (Index j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd * p.weight[j] + p.bias[j];
+      } else {
+        for (Index j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd * p.weight[j];
+      }
+      if (mean_out != nullptr) mean_out[row] = mean;
+      if (rstd_out != nullptr) rstd_out[row] = rstd;
     }
-    Scalar mean = Scalar(0);
-    if (p.kind == NormKind::layer) {
-      for (Index j = 0; j < n; ++j) mean += x[j];
-      mean /= static_cast<Scalar>(n);
-    }
-    Scalar squares = Scalar(0);
-    for (Index j = 0; j < n; ++j) squares += (x[j] - mean) * (x[j] - mean);
-    const Scalar rstd = Scalar(1) / std::sqrt(squares / static_cast<Scalar>(n) + p.eps);
-    Scalar* y = Y + row * n;
-    if (p.bias != nullptr) {
-      for (Index j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd * p.weight[j] + p.bias[j];
-    } else {
-      for (Index j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd * p.weight[j];
-    }
-    if (mean_out != nullptr) mean_out[row] = mean;
-    if (rstd_out != nullptr) rstd_out[row] = rstd;
-  }
+  });
 }
 
 // The backward pass of normalize_rows: X (rows, features) the normalised input (Z of the forward when it had a
 // residual), mean and rstd its statistics (rows), dY its output's gradient -> dX (same shape, written; may be dY);
-// adds dw into weight_grad and db into bias_grad (null when the norm has no bias).
+// adds dw into weight_grad and db into bias_grad (null when the norm has no bias). The parameters' gradients are
+// summed over the rows first (each column over the rows in order, columns shared among the threads), then dX row by
+// row: dX may overwrite dY.
 template <class Scalar>
 void normalize_rows_backward(const NormRows<Scalar>& p, const Scalar* X, const Scalar* mean_in, const Scalar* rstd_in,
                              const Scalar* dY, Scalar* dX, Scalar* weight_grad, Scalar* bias_grad) {
-  const Index n = p.features;
+  const Index n = p.features, rows = p.rows;
   const Scalar inv_n = Scalar(1) / static_cast<Scalar>(n);
-  for (Index row = 0; row < p.rows; ++row) {
-    const Scalar* x = X + row * n;
-    const Scalar* dy = dY + row * n;
-    Scalar* dx = dX + row * n;
-    const Scalar mean = mean_in[row], rstd = rstd_in[row];
-    Scalar g_sum = Scalar(0), g_xhat_sum = Scalar(0);
-    for (Index j = 0; j < n; ++j) {
-      const Scalar xhat = (x[j] - mean) * rstd;
-      const Scalar g = dy[j] * p.weight[j];
-      g_sum += g;
-      g_xhat_sum += g * xhat;
-      weight_grad[j] += dy[j] * xhat;
-      if (bias_grad != nullptr) bias_grad[j] += dy[j];
+  // dw and db: pieces of columns, each column summed over the rows in order
+  for_row_pieces(n, rows, [&](Index first, Index last) {
+    for (Index row = 0; row < rows; ++row) {
+      const Scalar *x = X + row * n, *dy = dY + row * n;
+      const Scalar mean = mean_in[row], rstd = rstd_in[row];
+      for (Index j = first; j < last; ++j) weight_grad[j] += dy[j] * ((x[j] - mean) * rstd);
+      if (bias_grad != nullptr)
+        for (Index j = first; j < last; ++j) bias_grad[j] += dy[j];
     }
-    const Scalar g_mean = p.kind == NormKind::layer ? g_sum * inv_n : Scalar(0);
-    const Scalar g_xhat_mean = g_xhat_sum * inv_n;
-    for (Index j = 0; j < n; ++j) {
-      const Scalar xhat = (x[j] - mean) * rstd;
-      dx[j] = rstd * (dy[j] * p.weight[j] - g_mean - xhat * g_xhat_mean);
+  });
+  for_row_pieces(rows, n, [&](Index first, Index last) {
+    for (Index row = first; row < last; ++row) {
+      const Scalar* x = X + row * n;
+      const Scalar* dy = dY + row * n;
+      Scalar* dx = dX + row * n;
+      const Scalar mean = mean_in[row], rstd = rstd_in[row];
+      const Scalar g_mean =
+          p.kind == NormKind::layer ? lane_sum<Scalar>(n, [&](Index j) { return dy[j] * p.weight[j]; }) * inv_n
+                                    : Scalar(0);
+      const Scalar g_xhat_mean =
+          lane_sum<Scalar>(n, [&](Index j) { return dy[j] * p.weight[j] * ((x[j] - mean) * rstd); }) * inv_n;
+      for (Index j = 0; j < n; ++j) {
+        const Scalar xhat = (x[j] - mean) * rstd;
+        dx[j] = rstd * (dy[j] * p.weight[j] - g_mean - xhat * g_xhat_mean);
+      }
     }
-  }
+  });
 }
 
 }  // namespace detail

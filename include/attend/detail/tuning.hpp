@@ -99,6 +99,15 @@ constexpr Eigen::Index tiny_product = 16 * 16 * 32;
 // costs more than the second thread saves (detail::parallel_for).
 constexpr double worth_a_team = 4e6;
 
+// Element-wise passes (activations, normalisation rows) go to the threads in pieces of about this many elements
+// (64 KiB of floats): enough pieces for two threads to share a (1024, 2048) tensor evenly, few enough that each is
+// worth its scheduling. The work they report to parallel_for counts an element as elementwise_work multiply-adds
+// (a load, a few operations and a store, bound by memory) and one with a transcendental function (erf, tanh, exp) as
+// transcendental_work.
+constexpr Eigen::Index elementwise_piece = 16384;
+constexpr double elementwise_work = 4;
+constexpr double transcendental_work = 32;
+
 }  // namespace tuning
 
 // Scalars in the widest packet, and n rounded up to whole such packets: the width of a buffer that every level's
