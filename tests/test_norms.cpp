@@ -5,7 +5,9 @@
 #include <attend/add_norm.hpp>
 #include <attend/layer_norm.hpp>
 #include <attend/rms_norm.hpp>
+#include <attend/threads.hpp>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <support/checks.hpp>
@@ -88,6 +90,57 @@ TEMPLATE_TEST_CASE("AddNorm matches d2l's AddNorm, output and both inputs' gradi
   REQUIRE_THAT(g.X, Near(fixture.tensor3<double>("grad_X"), gradient_tolerance<TestType>()));
   REQUIRE_THAT(g.Y, Near(fixture.tensor3<double>("grad_Y"), gradient_tolerance<TestType>()));
   attend_test::require_fixture_gradients(add_norm, fixture, gradient_tolerance<TestType>());
+}
+
+// Rows enough that normalize_rows and its backward share them among threads (pieces of about 16384 elements, and
+// work over tuning::worth_a_team): LayerNorm's formula computed here in double for the output, and every result, the
+// parameters' gradients included, the same bits on one thread and on two.
+TEMPLATE_TEST_CASE("The norms give the same bits on 1 and 2 threads, on rows enough to share", "[norms][threads]",
+                   float, double) {
+  const Index batch = 4, steps = 512, features = 512;
+  const Tensor3<TestType> X = random_tensor<TestType>(batch, steps, features, 31, -2.0, 3.0);
+  const Tensor3<TestType> dY = random_tensor<TestType>(batch, steps, features, 32);
+  struct Run {
+    Tensor3<TestType> Y, dX;
+    attend::Matrix<TestType> weight_grad, bias_grad;
+  };
+  const auto run = [&](auto norm, int threads) {
+    randomize(norm, 33);
+    attend::set_num_threads(threads);
+    Run r{norm(X), {}, {}, {}};
+    r.dX = norm.backward(dY);
+    const auto grads = norm.parameters();
+    r.weight_grad = Eigen::Map<const attend::Matrix<TestType>>(grads[0].grad, 1, features);
+    if (grads.size() > 1) r.bias_grad = Eigen::Map<const attend::Matrix<TestType>>(grads[1].grad, 1, features);
+    return r;
+  };
+  const int threads = attend::num_threads();
+  for (int kind = 0; kind < 2; ++kind) {
+    CAPTURE(kind);
+    const Run one = kind == 0 ? run(LayerNorm<TestType>(features), 1) : run(RMSNorm<TestType>(features), 1);
+    const Run two = kind == 0 ? run(LayerNorm<TestType>(features), 2) : run(RMSNorm<TestType>(features), 2);
+    attend::set_num_threads(threads);
+    REQUIRE(same_bits(one.Y, two.Y));
+    REQUIRE(same_bits(one.dX, two.dX));
+    REQUIRE(same_bits(one.weight_grad, two.weight_grad));
+    REQUIRE(same_bits(one.bias_grad, two.bias_grad));
+    if (kind == 1) continue;
+    LayerNorm<TestType> norm(features);
+    randomize(norm, 33);
+    const auto p = norm.parameters();
+    Tensor3<double> expected(batch, steps, features);  // (x - mean) / sqrt(var + eps) w + b, var biased, in double
+    for (Index b = 0; b < batch; ++b)
+      for (Index t = 0; t < steps; ++t) {
+        double mean = 0, var = 0;
+        for (Index j = 0; j < features; ++j) mean += X(b, t, j);
+        mean /= features;
+        for (Index j = 0; j < features; ++j) var += (X(b, t, j) - mean) * (X(b, t, j) - mean);
+        const double rstd = 1 / std::sqrt(var / features + 1e-5);
+        for (Index j = 0; j < features; ++j)
+          expected(b, t, j) = (X(b, t, j) - mean) * rstd * p[0].value[j] + p[1].value[j];
+      }
+    REQUIRE_THAT(one.Y, Near(expected, attend_test::tolerance<TestType>()));
+  }
 }
 
 TEST_CASE("The norms' gradients agree with finite differences in double", "[norms][gradients]") {
