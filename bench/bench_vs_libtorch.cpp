@@ -1,5 +1,6 @@
-// Is attend faster than libtorch on this machine? Multi-head self-attention, RNN and Conv1d in float, evaluation
-// mode, on the same weights and inputs, with the same number of threads, in one process.
+// Is attend faster than libtorch on this machine? Multi-head self-attention, a transformer encoder layer, RNN and
+// Conv1d in float, evaluation mode and training steps, on the same weights and inputs, with the same number of
+// threads, in one process.
 //
 //   ./build/bench/bench_vs_libtorch                                    the whole sweep at 1 and 2 threads
 //   ./build/bench/bench_vs_libtorch --threads=1 --max-n=512 --rounds=3 --min-time=0.05    a short run
@@ -12,8 +13,10 @@
 //   --min-time=0.1      seconds of calls per contender per round (at least one call)
 //   --long-call=1       a shape whose slowest contender takes longer per call gets at most 3 rounds (n = 8192)
 //   --max-n=8192        leave out the attention shapes with a longer sequence
-//   --parts=attention,training,kernel,gqa,rnn,conv1d   which comparisons to run (the sgemm ceiling always runs); training:
-//                       a forward + backward step of the attention shapes up to n = 4096, against libtorch's autograd
+//   --parts=attention,training,kernel,gqa,encoder,encoder_training,rnn,conv1d   which comparisons to run (the sgemm
+//                       ceiling always runs); training: a forward + backward step of the attention shapes up to
+//                       n = 4096, against libtorch's autograd; kernel, gqa, encoder, encoder_training: PyTorch 2 only
+//                       (encoder: a whole nn.TransformerEncoderLayer, see its section)
 //   --attend-openblas-threads=N       OpenBLAS's threads during attend's calls; 0: the --threads count. Default 1 in
 //                                     the _blas program when attend has OpenMP, else 0 (see Threads below)
 //   --csv=FILE --json=FILE            also write the results there (CSV: one row per measurement, for
@@ -69,6 +72,7 @@
 #include <attend/attention_path.hpp>
 #include <attend/conv1d.hpp>
 #include <attend/dot_product_attention.hpp>
+#include <attend/from_torch.hpp>
 #include <attend/linear.hpp>
 #include <attend/mask.hpp>
 #include <attend/multi_head_attention.hpp>
@@ -76,8 +80,10 @@
 #include <attend/rnn.hpp>
 #include <attend/scaled_dot_product_attention.hpp>
 #include <attend/score_options.hpp>
+#include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <attend/threads.hpp>
+#include <attend/transformer_encoder_block.hpp>
 
 #include <ATen/Version.h>
 #include <benchmark/benchmark.h>
@@ -120,13 +126,16 @@ const char* mask_name(MaskKind mask) {
   return mask == MaskKind::none ? "none" : mask == MaskKind::lens ? "lens" : "causal";
 }
 
+constexpr const char* all_parts = "attention,training,kernel,gqa,encoder,encoder_training,rnn,conv1d";
+
 struct Options {
   std::vector<int> threads{1, 2};
   int rounds = 5;
   double min_time = 0.1;  // seconds per contender per round
   double long_call = 1;   // seconds per call above which a shape gets at most 3 rounds
   Index max_n = 8192;
-  bool attention = true, training = true, kernel = true, gqa = true, rnn = true, conv1d = true;
+  bool attention = true, training = true, kernel = true, gqa = true, encoder = true, encoder_training = true, rnn = true,
+       conv1d = true;
   std::vector<MaskKind> masks{MaskKind::none, MaskKind::lens, MaskKind::causal};
   std::string csv, json;
 #ifdef EIGEN_USE_BLAS
@@ -162,15 +171,19 @@ Options parse(int argc, char** argv) {
     } else if (key == "--max-n") {
       options.max_n = std::stol(value);
     } else if (key == "--parts") {
-      options.attention = options.training = options.kernel = options.gqa = options.rnn = options.conv1d = false;
+      options.attention = options.training = options.kernel = options.gqa = options.encoder =
+          options.encoder_training = options.rnn = options.conv1d = false;
       for (const std::string& part : split(value, ',')) {
         if (part == "attention") options.attention = true;
         else if (part == "training") options.training = true;
         else if (part == "kernel") options.kernel = true;
         else if (part == "gqa") options.gqa = true;
+        else if (part == "encoder") options.encoder = true;
+        else if (part == "encoder_training") options.encoder_training = true;
         else if (part == "rnn") options.rnn = true;
         else if (part == "conv1d") options.conv1d = true;
-        else throw std::invalid_argument("--parts: unknown part '" + part + "' (attention, training, kernel, gqa, rnn, conv1d)");
+        else
+          throw std::invalid_argument("--parts: unknown part '" + part + "' (" + all_parts + ")");
       }
     } else if (key == "--masks") {
       options.masks.clear();
@@ -189,7 +202,7 @@ Options parse(int argc, char** argv) {
     } else {
       throw std::invalid_argument("unknown option '" + arg +
                                   "'; options: --threads=1,2 --rounds=5 --min-time=0.1 --long-call=1 --max-n=8192 "
-                                  "--parts=attention,training,kernel,gqa,rnn,conv1d --masks=none,lens,causal --attend-openblas-threads=N --csv=FILE --json=FILE");
+                                  "--parts=" + std::string(all_parts) + " --masks=none,lens,causal --attend-openblas-threads=N --csv=FILE --json=FILE");
     }
   }
   if (options.threads.empty() || options.rounds < 1 || options.min_time < 0 || options.attend_openblas_threads < 0)
@@ -330,6 +343,7 @@ struct Problem {
   std::string note;    // printed at the end of the shape's row
   Index batch, n;      // n: sequence length (steps); for sgemm the matrix size
   double flops;        // per call, as counted at the top of this file
+  double gemm_flops = 0;  // per call of the gemm_* contenders, where the part has them (the encoder's bound)
 };
 
 struct Measurement {
@@ -397,7 +411,19 @@ struct Result {
       if (m.name == name) return m.median;
     return NAN;
   }
-  double gflops(const std::string& name) const { return problem.flops / seconds(name) / 1e9; }
+  double gflops(const std::string& name) const {
+    return (is_gemm(name) ? problem.gemm_flops : problem.flops) / seconds(name) / 1e9;
+  }
+  static bool is_gemm(const std::string& name) { return name.rfind("gemm_", 0) == 0; }
+
+  // PyTorch's fastest time over the time of the problem's FLOPs at the rate of the faster gemm_* contender; NaN where
+  // the part has none.
+  double bound(double torch_best) const {
+    double rate = 0;  // FLOP/s
+    for (const Measurement& m : measurements)
+      if (is_gemm(m.name)) rate = std::max(rate, problem.gemm_flops / m.median);
+    return rate > 0 ? torch_best / (problem.flops / rate) : NAN;
+  }
 };
 
 // A part's table: a header, then one row per shape, printed as each is measured. Columns, for contenders c:
@@ -416,7 +442,9 @@ class Table {
     std::printf(" GFLOP/s |");
     for (const std::string& n : names_)
       if (is_torch(n)) std::printf(" %9s", (short_name(n) + "/att").c_str());
-    std::printf(" %9s | att %% sgemm\n", "best/att");
+    std::printf(" %9s", "best/att");
+    if (with_bound()) std::printf(" %6s %6s", "bound", "%bound");
+    std::printf(" | att %% sgemm\n");
   }
 
   void row(const Result& r) const {
@@ -433,6 +461,10 @@ class Table {
         if (n.find("bf16") == std::string::npos && std::isfinite(t) && !(t >= best)) best = t;
       }
     std::printf(" %9.2f", best / r.seconds("attend"));
+    if (with_bound()) {
+      const double bound = r.bound(best);
+      std::printf(" %6.2f %5.0f%%", bound, 100 * best / r.seconds("attend") / bound);
+    }
     std::printf(" | %6.0f %%  %s\n", r.ceiling > 0 ? 100 * r.gflops("attend") / r.ceiling : NAN,
                 r.problem.note.c_str());
     std::fflush(stdout);
@@ -440,6 +472,9 @@ class Table {
 
  private:
   static bool is_torch(const std::string& n) { return n.rfind("torch", 0) == 0; }
+  bool with_bound() const {
+    return std::any_of(names_.begin(), names_.end(), [](const std::string& n) { return Result::is_gemm(n); });
+  }
   static std::string short_name(const std::string& n) {
     if (n == "attend_direct") return "direct";
     if (n == "attend_tiled") return "tiled";
@@ -449,6 +484,9 @@ class Table {
     if (n == "torch_sdpa_bf16") return "bf16";
     if (n == "torch_sdpa_gqa") return "gqa";
     if (n == "torch_sdpa_repeat_kv") return "rep";
+    if (n == "torch_layer") return "layer";
+    if (n == "gemm_torch") return "mm";
+    if (n == "gemm_eigen") return "eigen";
     return n;
   }
   std::string shape_header_;
@@ -462,7 +500,7 @@ void write_csv(const std::string& path, const std::vector<Result>& results) {
   for (const Result& r : results)
     for (const Measurement& m : r.measurements)
       out << r.threads << ',' << r.problem.part << ',' << r.problem.series << ',' << r.problem.batch << ','
-          << r.problem.n << ',' << m.name << ',' << m.median * 1e6 << ',' << r.problem.flops / m.median / 1e9 << ','
+          << r.problem.n << ',' << m.name << ',' << m.median * 1e6 << ',' << r.gflops(m.name) << ','
           << r.ceiling << '\n';
 }
 
@@ -484,7 +522,7 @@ void write_json(const std::string& path, const nlohmann::ordered_json& config, c
     row["flops"] = r.problem.flops;
     row["sgemm_gflops"] = r.ceiling;
     for (const Measurement& m : r.measurements)
-      row["impl"][m.name] = {{"median_s", m.median}, {"gflops", r.problem.flops / m.median / 1e9},
+      row["impl"][m.name] = {{"median_s", m.median}, {"gflops", r.gflops(m.name)},
                              {"rounds_s", m.rounds}};
     j["results"].push_back(row);
   }
@@ -1031,6 +1069,255 @@ class Grouped {
 };
 #endif
 
+// ---- a transformer encoder layer: forward and a training step (PyTorch 2 only) -------------------------------------
+
+// attend::TransformerEncoderBlock (post-norm, ReLU, FFN width 4d, dropout 0; built from the torch layer's state dict by
+// transformer_encoder_layer_from_torch) against PyTorch's three ways to run nn.TransformerEncoderLayer:
+//   torch_layer   torch::nn::TransformerEncoderLayer, the module, on its (n, batch, d) layout; the mask as a key-padding
+//                 mask or a float attention mask
+//   torch_fused   at::_transformer_encoder_layer_fwd, the fused kernel behind Python's fast path (evaluation only, no
+//                 mask), on (batch, n, d)
+//   torch_sdpa    the layer written out over PyTorch 2's blocks on (batch, n, d): at::linear for Q, K, V in one
+//                 product, at::scaled_dot_product_attention, at::linear, X + ... and at::layer_norm, at::linear, relu,
+//                 at::linear, Y + ... and at::layer_norm
+// FLOPs of one forward pass (2 per multiply-add of the products): the attention's 8 b n d^2 + 4 b n^2 d and the FFN's
+// 2 x 2 b n d (4d) = 16 b n d^2; a training step counts three times the forward's. The bound: a plain GEMM of the
+// layer's size, (b n, d) x (d, 4d) (the FFN's first product; at::mm and Eigen's, timed in the same rounds, the
+// faster counts), gives a rate; "bound" is PyTorch's fastest time over the time of the layer's FLOPs at that rate:
+// the t/att a layer running every FLOP at plain-GEMM speed would reach; "%bound" is attend's best/att over it.
+#if TORCH_VERSION_MAJOR >= 2
+const AttentionShape encoder_shapes[] = {{32, 32, 256, 8}, {8, 128, 256, 8}, {8, 128, 512, 8},
+                                         {4, 256, 512, 8}, {2, 512, 256, 8}, {2, 1024, 512, 8}};
+
+// The sweep of the encoder-layer parts: every shape with each mask asked for.
+std::vector<AttentionShape> encoder_sweep(const std::vector<MaskKind>& masks) {
+  std::vector<AttentionShape> sweep;
+  for (MaskKind mask : masks)
+    for (AttentionShape s : encoder_shapes) {
+      s.mask = mask;
+      sweep.push_back(s);
+    }
+  return sweep;
+}
+
+// The weights of one nn.TransformerEncoderLayer, and the layer written out over them. X: (batch, n, d) -> (batch, n,
+// d); keep (batch, 1, 1, n) or undefined; causal: is_causal.
+struct TorchEncoderWeights {
+  torch::Tensor in_w, in_b, out_w, out_b, w1, b1, w2, b2, n1w, n1b, n2w, n2b;  // (3d, d), (3d), (d, d), (d), ...
+
+  explicit TorchEncoderWeights(torch::nn::TransformerEncoderLayer& layer) {
+    auto p = layer->named_parameters();
+    in_w = p["self_attn.in_proj_weight"], in_b = p["self_attn.in_proj_bias"];
+    out_w = p["self_attn.out_proj.weight"], out_b = p["self_attn.out_proj.bias"];
+    w1 = p["linear1.weight"], b1 = p["linear1.bias"], w2 = p["linear2.weight"], b2 = p["linear2.bias"];
+    n1w = p["norm1.weight"], n1b = p["norm1.bias"], n2w = p["norm2.weight"], n2b = p["norm2.bias"];
+  }
+
+  torch::Tensor layer(const torch::Tensor& X, Index heads, const torch::Tensor& keep, bool causal) const {
+    const int64_t b = X.size(0), n = X.size(1), d = X.size(2);
+    const torch::Tensor qkv = at::linear(X, in_w, in_b).view({b, n, 3, heads, d / heads}).permute({2, 0, 3, 1, 4});
+    const torch::Tensor heads_out = keep.defined()  // (b, heads, n, d / heads)
+                                        ? at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], keep)
+                                        : at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], {}, 0.0, causal);
+    const torch::Tensor A = at::linear(heads_out.transpose(1, 2).reshape({b, n, d}), out_w, out_b);
+    const torch::Tensor Y = at::layer_norm(X + A, {d}, n1w, n1b, 1e-5);
+    const torch::Tensor F = at::linear(at::relu(at::linear(Y, w1, b1)), w2, b2);
+    return at::layer_norm(Y + F, {d}, n2w, n2b, 1e-5);
+  }
+};
+
+// What both encoder parts share: the shape, attend's block and libtorch's layer on the same weights, inputs, masks
+// and the plain GEMM of the bound.
+class EncoderCase {
+ public:
+  explicit EncoderCase(const AttentionShape& s, std::uint64_t seed)
+      : s_(s),
+        torch_layer_(layer_options(s, seed)),
+        block_(attend::transformer_encoder_layer_from_torch(state_dict(torch_layer_), s.heads)),
+        weights_(torch_layer_),
+        X_(s.batch, s.n, s.d),
+        dY_(s.batch, s.n, s.d),
+        mask_(attend_mask(s)),
+        gemm_a_(s.batch * s.n, s.d),
+        gemm_b_(s.d, 4 * s.d),
+        gemm_c_(s.batch * s.n, 4 * s.d) {
+    attend::Generator generator(seed);
+    for (Tensor3<float>* T : {&X_, &dY_})
+      for (Index i = 0; i < T->size(); ++i) T->data()[i] = generator.uniform(-1.0f, 1.0f);
+    gemm_a_.setRandom();
+    gemm_b_.setRandom();
+    X_batch_first_ = to_torch(X_.data(), {s.batch, s.n, s.d});
+    dY_batch_first_ = to_torch(dY_.data(), {s.batch, s.n, s.d});
+    X_seq_first_ = X_batch_first_.transpose(0, 1).contiguous();
+    dY_seq_first_ = dY_batch_first_.transpose(0, 1).contiguous();
+    key_padding_ = key_padding_mask(s);
+    block_mask_ = causal_block_mask(s);
+    keep_ = sdpa_keep(s);
+    gemm_a_torch_ = to_torch(gemm_a_.data(), {s.batch * s.n, s.d});
+    gemm_b_torch_ = to_torch(gemm_b_.data(), {s.d, 4 * s.d});
+  }
+
+  Problem problem(const char* part, double multiple, const char* note) const {
+    const double b = s_.batch, n = s_.n, d = s_.d;
+    return {part,
+            shape_label(s_),
+            attend::detail::message('d', s_.d, s_.mask == MaskKind::none ? "" : "_",
+                                    s_.mask == MaskKind::none ? "" : mask_name(s_.mask)),
+            note,
+            s_.batch,
+            s_.n,
+            multiple * (24 * b * n * d * d + 4 * b * n * n * d),
+            8 * b * n * d * d};
+  }
+
+  // The plain GEMMs of the bound, (b n, d) x (d, 4d): libtorch's and Eigen's.
+  std::vector<Contender> gemms() {
+    return {{"gemm_torch", [this] { benchmark::DoNotOptimize(at::mm(gemm_a_torch_, gemm_b_torch_).data_ptr()); }},
+            {"gemm_eigen", [this] {
+               gemm_c_.noalias() = gemm_a_ * gemm_b_;
+               benchmark::DoNotOptimize(gemm_c_.data());
+             }}};
+  }
+
+ protected:
+  // The layer's options; seeds libtorch's generator first, so that its initial weights are the same in every run.
+  static torch::nn::TransformerEncoderLayerOptions layer_options(const AttentionShape& s, std::uint64_t seed) {
+    torch::manual_seed(seed);
+    return torch::nn::TransformerEncoderLayerOptions(s.d, s.heads).dim_feedforward(4 * s.d).dropout(0.0);
+  }
+
+  // The layer's parameters under nn.TransformerEncoderLayer's names, as attend's StateDict.
+  static attend::StateDict<float> state_dict(torch::nn::TransformerEncoderLayer& layer) {
+    attend::StateDict<float> dict;
+    for (const auto& item : layer->named_parameters()) {
+      const torch::Tensor t = item.value().detach().contiguous();
+      attend::NamedTensor<float> named;
+      named.shape.assign(t.sizes().begin(), t.sizes().end());
+      named.values.assign(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+      dict[item.key()] = std::move(named);
+    }
+    return dict;
+  }
+
+  using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+  AttentionShape s_;
+  torch::nn::TransformerEncoderLayer torch_layer_;
+  attend::TransformerEncoderBlock<float> block_;
+  TorchEncoderWeights weights_;
+  Tensor3<float> X_, dY_;  // (batch, n, d) each
+  attend::Mask mask_;
+  RowMatrix gemm_a_, gemm_b_, gemm_c_;             // (b n, d), (d, 4d), (b n, 4d)
+  torch::Tensor X_batch_first_, dY_batch_first_;  // (batch, n, d) each
+  torch::Tensor X_seq_first_, dY_seq_first_;      // (n, batch, d) each
+  torch::Tensor key_padding_, block_mask_, keep_;  // see MaskKind
+  torch::Tensor gemm_a_torch_, gemm_b_torch_;      // as gemm_a_, gemm_b_
+};
+
+class EncoderLayer : public EncoderCase {
+ public:
+  static constexpr bool inference = true;
+
+  explicit EncoderLayer(const AttentionShape& s) : EncoderCase(s, 46) {
+    block_.eval();
+    torch_layer_->eval();
+  }
+
+  Problem problem() const { return EncoderCase::problem("encoder", 1, "forward"); }
+
+  Tensor3<float> attend_forward() { return block_(X_, mask_); }  // (batch, n, d)
+  torch::Tensor torch_layer() { return torch_layer_->forward(X_seq_first_, block_mask_, key_padding_); }  // (n, b, d)
+  torch::Tensor torch_fused() {  // (batch, n, d)
+    const TorchEncoderWeights& w = weights_;
+    return at::_transformer_encoder_layer_fwd(X_batch_first_, s_.d, s_.heads, w.in_w, w.in_b, w.out_w, w.out_b,
+                                              /*use_gelu=*/false, /*norm_first=*/false, 1e-5, w.n1w, w.n1b, w.n2w,
+                                              w.n2b, w.w1, w.b1, w.w2, w.b2);
+  }
+  torch::Tensor torch_sdpa() {  // (batch, n, d)
+    return weights_.layer(X_batch_first_, s_.heads, keep_, s_.mask == MaskKind::causal);
+  }
+
+  void check_agreement() {
+    const torch::Tensor reference = torch_layer().transpose(0, 1).contiguous();  // (batch, n, d)
+    const auto against = [&](const torch::Tensor& t) {
+      return (t - reference).abs().max().item<double>() / reference.abs().max().item<double>();
+    };
+    std::vector<std::pair<std::string, double>> differences = {
+        {"attend", relative_difference(as_attend([&] { return attend_forward(); }), reference)},
+        {"torch_sdpa", against(torch_sdpa())}};
+    if (s_.mask == MaskKind::none) differences.push_back({"torch_fused", against(torch_fused())});
+    check(problem().label, differences, 1e-4);
+  }
+
+  std::vector<Contender> contenders() {
+    std::vector<Contender> all = {
+        {"attend", [this] { benchmark::DoNotOptimize(attend_forward().data()); }},
+        {"torch_layer", [this] { benchmark::DoNotOptimize(torch_layer().data_ptr()); }},
+        {"torch_sdpa", [this] { benchmark::DoNotOptimize(torch_sdpa().data_ptr()); }}};
+    if (s_.mask == MaskKind::none)
+      all.push_back({"torch_fused", [this] { benchmark::DoNotOptimize(torch_fused().data_ptr()); }});
+    for (Contender& g : gemms()) all.push_back(std::move(g));
+    return all;
+  }
+};
+
+// One training step: forward, then backward from a fixed output gradient; the parameters' gradients accumulate on
+// both sides (neither zeroes them). attend's block in training mode against the module and the written-out layer with
+// autograd, X requiring its gradient.
+class EncoderTraining : public EncoderCase {
+ public:
+  static constexpr bool inference = false;  // libtorch needs autograd here
+
+  explicit EncoderTraining(const AttentionShape& s) : EncoderCase(s, 47) {
+    block_.train();
+    torch_layer_->train();
+    X_batch_first_.requires_grad_(true);
+    X_seq_first_.requires_grad_(true);
+  }
+
+  Problem problem() const { return EncoderCase::problem("encoder_training", 3, "forward + backward"); }
+
+  Tensor3<float> attend_step() {  // dX, (batch, n, d)
+    block_(X_, mask_);  // records what backward() reads
+    return block_.backward(dY_);
+  }
+  torch::Tensor torch_layer_step() {  // dX, (n, batch, d)
+    X_seq_first_.mutable_grad() = torch::Tensor();
+    torch_layer_->forward(X_seq_first_, block_mask_, key_padding_).backward(dY_seq_first_);
+    return X_seq_first_.grad();
+  }
+  torch::Tensor torch_sdpa_step() {  // dX, (batch, n, d)
+    X_batch_first_.mutable_grad() = torch::Tensor();
+    weights_.layer(X_batch_first_, s_.heads, keep_, s_.mask == MaskKind::causal).backward(dY_batch_first_);
+    return X_batch_first_.grad();
+  }
+
+  // dX compared as a whole, |a - t|_F / |t|_F, not entry by entry: ReLU's derivative jumps at 0, and among the
+  // b n 4d hidden units of the FFN a few lie within rounding of 0, so that one implementation takes the other side;
+  // such a unit changes its row of dX by a term of the row's own size (1e-2 of max |dX| and up to 2e-4 of |dX|_F at
+  // these shapes, seen between torch_layer and torch_sdpa as often as between either and attend; agreement otherwise
+  // 3e-7). The forward, which is continuous there, is checked entry by entry in the part before.
+  void check_agreement() {
+    const torch::Tensor dX = torch_layer_step().transpose(0, 1).contiguous();  // (batch, n, d)
+    const auto against = [&](const torch::Tensor& t) { return ((t - dX).norm() / dX.norm()).item<double>(); };
+    const Tensor3<float> attend_dX = as_attend([&] { return attend_step(); });
+    check(problem().label,
+          {{"attend", against(to_torch(attend_dX.data(), {s_.batch, s_.n, s_.d}))},
+           {"torch_sdpa", against(torch_sdpa_step())}},
+          2e-3);
+  }
+
+  std::vector<Contender> contenders() {
+    std::vector<Contender> all = {
+        {"attend", [this] { benchmark::DoNotOptimize(attend_step().data()); }},
+        {"torch_layer", [this] { benchmark::DoNotOptimize(torch_layer_step().data_ptr()); }},
+        {"torch_sdpa", [this] { benchmark::DoNotOptimize(torch_sdpa_step().data_ptr()); }}};
+    for (Contender& g : gemms()) all.push_back(std::move(g));
+    return all;
+  }
+};
+#endif
+
 // ---- RNN ------------------------------------------------------------------------------------------------------------
 
 struct RnnShape {
@@ -1255,6 +1542,10 @@ int main(int argc, char** argv) try {
                              {"attend", "attend_direct", "attend_tiled", "torch_mha", "torch_sdpa"});
   const Table kernel_table("(batch,heads,n,d)", {"attend", "attend_tiled", "torch_sdpa", "torch_sdpa_bf16"});
   const Table grouped_table("(b,H/G,q,n,d)", {"attend", "torch_sdpa_gqa", "torch_sdpa_repeat_kv"});
+  const Table encoder_table("(batch,n,d,heads)",
+                            {"attend", "torch_layer", "torch_fused", "torch_sdpa", "gemm_torch", "gemm_eigen"});
+  const Table encoder_training_table("(batch,n,d,heads)",
+                                     {"attend", "torch_layer", "torch_sdpa", "gemm_torch", "gemm_eigen"});
 #else
   const Table attention_table("(batch,n,d,heads)",
                               {"attend", "attend_direct", "attend_tiled", "torch_mha", "torch_fused"});
@@ -1301,6 +1592,14 @@ int main(int argc, char** argv) try {
                         "grouped-query attention, prefill and decoding, (batch,heads/kv_heads,queries,n,d)" + at,
                         options, threads, sgemm, results);
     }
+    if (options.encoder)
+      run_part<EncoderLayer>(encoder_sweep(options.masks), encoder_table,
+                             "transformer encoder layer (post-norm, relu, ffn 4d), forward" + at, options, threads,
+                             sgemm, results);
+    if (options.encoder_training)
+      run_part<EncoderTraining>(encoder_sweep(options.masks), encoder_training_table,
+                                "transformer encoder layer, one training step (forward + backward)" + at, options,
+                                threads, sgemm, results);
 #endif
     if (options.rnn)
       run_part<Rnn>(as_vector(rnn_shapes), rnn_table, "RNN (tanh, batch_first)" + at, options, threads, sgemm,
