@@ -139,6 +139,15 @@ TEMPLATE_TEST_CASE("CausalLM refuses bad input, naming it, and a decoding call t
                                                           {"intermediate_size", 8}});
       },
       "config.num_kv_heads (3) must divide config.num_heads (4)");
+  CausalLMConfig no_layers = CausalLMConfig::gpt2(10, 8, 0, 2, 4);
+  require_invalid([&] { CausalLM<TestType> m(no_layers); }, "config.num_layers must be at least 1, got 0");
+  CausalLMConfig plain_without_bias = CausalLMConfig::gpt2(10, 8, 1, 2, 4);
+  plain_without_bias.ffn_bias = false;
+  require_invalid([&] { CausalLM<TestType> m(plain_without_bias); }, "config.ffn_bias must be true");
+  attend::Generator generator(3);
+  require_invalid([&] { attend::CausalLMLayer<TestType> layer(plain_without_bias, generator); },
+                  "CausalLMLayer: a plain feed-forward network");
+  REQUIRE(generator.uniform(0.0, 1.0) == attend::Generator(3).uniform(0.0, 1.0));  // nothing drawn
   const CausalLMConfig config = attend::causal_lm_config_from_file(models_dir + "llama/config.json");
   StateDict<TestType> dict = attend::load_safetensors<TestType>(models_dir + "llama/model.safetensors");
   StateDict<TestType> extra = dict;

@@ -23,6 +23,11 @@ enum class Activation { relu, gelu, gelu_tanh, silu };
 
 namespace detail {
 
+// Every value of the enum, for the loops that take the activation as a compile-time constant (for_activation_pieces).
+template <Activation... Values>
+struct ActivationList {};
+using all_activations = ActivationList<Activation::relu, Activation::gelu, Activation::gelu_tanh, Activation::silu>;
+
 inline const char* activation_name(Activation activation) {
   switch (activation) {
     case Activation::relu:
@@ -93,27 +98,23 @@ Scalar activation_derivative(Activation activation, Scalar x) {
   return Scalar(1);
 }
 
+// body(std::integral_constant<Activation, A>{}) for the A of the list equal to `activation`.
+template <class Body, Activation... Values>
+void with_constant_activation(Activation activation, Body&& body, ActivationList<Values...>) {
+  static_cast<void>(((activation == Values && (body(std::integral_constant<Activation, Values>{}), true)) || ...));
+}
+
 // body(A, begin, end) over [0, n) in pieces of tuning::elementwise_piece shared among the threads, with the
-// activation A a compile-time constant there, so that the per-element switch folds away and each loop is one formula.
-// Every element is computed alone: the same bits for any number of threads.
+// activation A a compile-time constant there (one of all_activations), so that the per-element switch folds away and
+// each loop is one formula. Every element is computed alone: the same bits for any number of threads.
 template <class Body>
 void for_activation_pieces(Activation activation, Index n, Body&& body) {
   const Index pieces = (n + tuning::elementwise_piece - 1) / tuning::elementwise_piece;
   const double work = static_cast<double>(n) *
                       (activation == Activation::relu ? tuning::elementwise_work : tuning::transcendental_work);
-  const auto as_constant = [&](auto constant, Index begin, Index end) { body(constant, begin, end); };
   parallel_for(pieces, work, [&](Index piece, int) {
     const Index begin = piece * tuning::elementwise_piece, end = std::min(n, begin + tuning::elementwise_piece);
-    switch (activation) {
-      case Activation::relu:
-        return as_constant(std::integral_constant<Activation, Activation::relu>{}, begin, end);
-      case Activation::gelu:
-        return as_constant(std::integral_constant<Activation, Activation::gelu>{}, begin, end);
-      case Activation::gelu_tanh:
-        return as_constant(std::integral_constant<Activation, Activation::gelu_tanh>{}, begin, end);
-      case Activation::silu:
-        return as_constant(std::integral_constant<Activation, Activation::silu>{}, begin, end);
-    }
+    with_constant_activation(activation, [&](auto a) { body(a, begin, end); }, all_activations{});
   });
 }
 

@@ -94,7 +94,7 @@ struct CausalLMConfig {
   void check(const char* where) const {
     detail::require_at_least(vocab_size, 1, where, "config.vocab_size");
     detail::require_at_least(num_hiddens, 1, where, "config.num_hiddens");
-    detail::require_at_least(num_layers, 0, where, "config.num_layers");
+    detail::require_at_least(num_layers, 1, where, "config.num_layers");
     detail::require_at_least(num_heads, 1, where, "config.num_heads");
     detail::require_at_least(num_kv_heads, 0, where, "config.num_kv_heads");
     detail::require(num_heads % kv_heads() == 0, where, ": config.num_kv_heads (", kv_heads(),
@@ -103,6 +103,9 @@ struct CausalLMConfig {
                     ") must be divisible by config.num_heads (", num_heads, ") when config.head_dim is 0");
     detail::require_at_least(head_dim, 0, where, "config.head_dim");
     detail::require_at_least(ffn_num_hiddens, 1, where, "config.ffn_num_hiddens");
+    detail::require(gated_ffn || ffn_bias, where,
+                    ": a plain feed-forward network (config.gated_ffn false) always has biases: config.ffn_bias must be "
+                    "true");
     detail::require(norm_eps >= 0, where, ": config.norm_eps must be at least 0, got ", norm_eps);
     detail::checked_activation(activation, where);
     detail::require(rope_theta >= 0, where, ": config.rope_theta must be at least 0, got ", rope_theta);
@@ -129,7 +132,6 @@ AnyNorm<Scalar> make_norm(const CausalLMConfig& c) {
 template <class Scalar>
 AnyFFN<Scalar> make_ffn(const CausalLMConfig& c, Generator& generator) {
   if (c.gated_ffn) return GatedFFN<Scalar>(c.num_hiddens, c.ffn_num_hiddens, c.activation, c.ffn_bias, generator);
-  if (!c.ffn_bias) throw std::invalid_argument("CausalLM: a PositionWiseFFN always has biases (config.ffn_bias)");
   return PositionWiseFFN<Scalar>(c.num_hiddens, c.ffn_num_hiddens, c.num_hiddens, c.activation, generator);
 }
 
@@ -139,8 +141,9 @@ AnyFFN<Scalar> make_ffn(const CausalLMConfig& c, Generator& generator) {
 template <class Scalar>
 class CausalLMLayer : public detail::WithParameters<CausalLMLayer<Scalar>, Scalar> {
  public:
+  // The config checked first (CausalLMConfig::check): a layer that throws has drawn nothing from the generator.
   CausalLMLayer(const CausalLMConfig& c, Generator& generator)
-      : norm1_(detail::make_norm<Scalar>(c)),
+      : norm1_(detail::make_norm<Scalar>(checked(c))),
         attention_(c.num_hiddens, c.num_heads, c.kv_heads(), c.dim_per_head(), c.attention_bias, Scalar(0), generator),
         norm2_(detail::make_norm<Scalar>(c)),
         ffn_(detail::make_ffn<Scalar>(c, generator)) {
@@ -193,6 +196,11 @@ class CausalLMLayer : public detail::WithParameters<CausalLMLayer<Scalar>, Scala
  private:
   friend class detail::WithParameters<CausalLMLayer<Scalar>, Scalar>;
   static constexpr const char* module_name = "CausalLMLayer";
+
+  static const CausalLMConfig& checked(const CausalLMConfig& config) {
+    config.check("CausalLMLayer");
+    return config;
+  }
 
   template <class Variant>
   static Tensor3<Scalar> call(Variant& part, const Tensor3<Scalar>& X) {
