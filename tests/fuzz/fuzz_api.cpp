@@ -2,7 +2,7 @@
 //
 // One input is one call sequence on one entry point (masked_softmax, transpose_qkv, transpose_output, Linear,
 // DotProductAttention, AdditiveAttention, MultiHeadAttention, PositionalEncoding, RNN, Conv1d, LayerNorm, RMSNorm,
-// PositionWiseFFN, GatedFFN, TransformerEncoderBlock), in float or double.
+// PositionWiseFFN, GatedFFN, TransformerEncoderBlock, CausalLM, Embedding, AddNorm), in float or double.
 // A module is constructed, called once on inputs that agree with its sizes, then changed in one way (another shape
 // for one input, a resized parameter, another mask, the other mode) and called again. DotProductAttention and
 // MultiHeadAttention then get a path (set_path) and a thread count (set_num_threads), and the second call's arguments
@@ -31,7 +31,7 @@
 // A violation prints what went wrong and traps, which libFuzzer reports as a crash and saves the input.
 //
 // The bytes are read front to back, one field per byte (a value may take one byte, a tensor a few); past the end of
-// the input every byte reads as 0. Byte 0 picks the entry point (mod 15), byte 1 the scalar type (odd: double),
+// the input every byte reads as 0. Byte 0 picks the entry point (mod 18), byte 1 the scalar type (odd: double),
 // then each entry point reads the fields listed in its comment. make_api_corpus.py writes seeds in this layout.
 #include <attend/attend.hpp>
 #include <cmath>
@@ -1062,6 +1062,160 @@ void fuzz_transformer_encoder_block(Input& in, attend::Generator& generator) {
   fuzz_layer<Scalar>("TransformerEncoderBlock", in, *block, hiddens, hiddens, any_steps, [](auto&&...) {});
 }
 
+// Token ids (batch, steps): batch (mod 3), steps (mod 5), then one byte per id, the byte minus 2 (-2 .. 253); valid
+// becomes false unless every id is in [0, vocabulary).
+attend::Matrix<Index> token_ids(Input& in, Index vocabulary, bool& valid) {
+  const Index batch = in.below(3), steps = in.below(5);
+  attend::Matrix<Index> tokens(batch, steps);
+  valid = true;
+  for (Index b = 0; b < batch; ++b)
+    for (Index t = 0; t < steps; ++t) {
+      tokens(b, t) = static_cast<Index>(in.byte()) - 2;
+      valid = valid && tokens(b, t) >= 0 && tokens(b, t) < vocabulary;
+    }
+  return tokens;
+}
+
+// Embedding(num_embeddings, embedding_dim): valid for sizes >= 1. Then token ids, valid when every one is in
+// [0, num_embeddings): operator() gives (batch, steps, embedding_dim), row (b, t) weight's row tokens(b, t) bit for
+// bit; backward() takes a gradient of that shape and refuses another.
+// Bytes: num_embeddings, embedding_dim (size_argument(12)), mode (flag), then token_ids'.
+template <class Scalar>
+void fuzz_embedding(Input& in, attend::Generator& generator) {
+  const Index count = in.size_argument(12), dim = in.size_argument(12);
+  std::optional<attend::Embedding<Scalar>> embedding;
+  if (!run_expecting("Embedding(num_embeddings, embedding_dim)", count >= 1 && dim >= 1,
+                     [&] { embedding.emplace(count, dim, generator); }))
+    return;
+  embedding->train(in.flag());
+  bool valid = true;
+  const attend::Matrix<Index> tokens = token_ids(in, count, valid);
+  const Index batch = tokens.rows(), steps = tokens.cols();
+  const auto Y = forward_checked<Scalar>("Embedding", *embedding, valid, {batch, steps, dim},
+                                         [&] { return (*embedding)(tokens); });
+  if (!Y) return;
+  for (Index b = 0; b < batch; ++b)
+    for (Index t = 0; t < steps; ++t)
+      expect(bytes_of(Y->data() + (b * steps + t) * dim, dim) ==
+                 bytes_of(embedding->weight().data() + tokens(b, t) * dim, dim),
+             "Embedding: row (", b, ", ", t, ") is not weight's row ", tokens(b, t));
+  run_expecting("Embedding backward", true, [&] { embedding->backward(*Y); });
+  run_expecting("Embedding backward of another shape", false,
+                [&] { embedding->backward(Tensor3<Scalar>(batch, steps, dim + 1)); });
+}
+
+// AddNorm(normalized_shape, dropout): valid for normalized_shape >= 1 and dropout in [0, 1]. Then X and Y, valid when
+// both are (batch, steps, normalized_shape) of the same batch and steps: the output has that shape, finite on
+// moderate inputs, and in evaluation mode forward() gives its bits; backward() returns gradients of X's and Y's shape.
+// Bytes: normalized_shape (size_argument(16)), dropout, mode (flag), batch, steps (mod 9), X, then Y's shape
+// (size_near per axis) and Y.
+template <class Scalar>
+void fuzz_add_norm(Input& in, attend::Generator& generator) {
+  const Index features = in.size_argument(16);
+  const Scalar dropout = in.dropout<Scalar>();
+  std::optional<attend::AddNorm<Scalar>> add_norm;
+  if (!run_expecting("AddNorm(normalized_shape, dropout)", features >= 1 && dropout >= 0 && dropout <= 1,
+                     [&] { add_norm.emplace(features, dropout, Scalar(1e-5), generator); }))
+    return;
+  add_norm->train(in.flag());
+  const Index batch = in.below(9), steps = in.below(9);
+  const Tensor3<Scalar> X = in.tensor<Scalar>({batch, steps, features});
+  const Dims y_dims{in.size_near(batch), in.size_near(steps), in.size_near(features)};
+  const Tensor3<Scalar> Y = in.tensor<Scalar>(y_dims);
+  const bool valid = y_dims.d0 == batch && y_dims.d1 == steps && y_dims.d2 == features;
+  const std::string what = std::string("AddNorm (") + (add_norm->is_training() ? "training" : "evaluation") + ")";
+  const auto out = forward_checked<Scalar>(what, *add_norm, valid, {batch, steps, features},
+                                           [&] { return (*add_norm)(X, Y); });
+  if (!out) return;
+  if (moderate(X) && moderate(Y)) expect_finite(*out, what);
+  if (!add_norm->is_training()) {
+    const Tensor3<Scalar> again = add_norm->forward(X, Y);
+    expect(bytes_of(again.data(), again.size()) == bytes_of(out->data(), out->size()), what,
+           ": forward() differs from operator()");
+  }
+  attend::AddNormGradients<Scalar> g;
+  run_expecting(what + " backward", true, [&] { g = add_norm->backward(*out); });
+  expect_shape(g.X, {batch, steps, features}, what + " backward, dX");
+  expect_shape(g.Y, {batch, steps, features}, what + " backward, dY");
+}
+
+// CausalLM(config): valid when every field is in range, restated here: vocab_size, num_hiddens, num_heads and
+// ffn_num_hiddens and num_layers >= 1; num_kv_heads, head_dim, max_positions and sliding_window >= 0; the key/value heads
+// (num_kv_heads, or num_heads for 0) divide num_heads; head_dim > 0 or num_heads divides num_hiddens; an activation of
+// the enum; an even head dimension with rotary positions; a plain (not gated) FFN with biases.
+// Then tokens (batch, steps), valid when every id is in [0, vocab_size) and, with learned positions, steps <=
+// max_positions: operator() (in the mode the flag says) gives (batch, steps, vocab_size), forward() the same bits,
+// finite; backward() takes a grad_output of that shape and refuses another. Then decoding: the same tokens less the
+// last step through a cache of the steps' capacity, then the last step, whose logits are those of the whole call
+// (within rounding); a step more than the cache holds throws and leaves the cache as it was.
+// Bytes: vocab_size, num_hiddens (size_argument(12)), num_layers (size_argument(2)), num_heads, num_kv_heads
+// (size_argument(4)), head_dim (size_argument(6)), ffn_num_hiddens (size_argument(12)), a byte of flags (bit 0
+// LayerNorm, 1 plain FFN, 2 attention biases, 3 FFN biases, 4 tied head, 5 no rotary positions), activation (mod 5),
+// max_positions (size_argument(6)), sliding_window (size_argument(3)), mode (flag), then token_ids'.
+template <class Scalar>
+void fuzz_causal_lm(Input& in, attend::Generator& generator) {
+  attend::CausalLMConfig c;
+  c.vocab_size = in.size_argument(12), c.num_hiddens = in.size_argument(12), c.num_layers = in.size_argument(2);
+  c.num_heads = in.size_argument(4), c.num_kv_heads = in.size_argument(4), c.head_dim = in.size_argument(6);
+  c.ffn_num_hiddens = in.size_argument(12);
+  const std::uint8_t flags = in.byte();
+  c.rms_norm = !(flags & 1), c.gated_ffn = !(flags & 2), c.attention_bias = (flags & 4) != 0;
+  c.ffn_bias = (flags & 8) != 0, c.tie_word_embeddings = (flags & 16) != 0, c.rope_theta = flags & 32 ? 0 : 10000;
+  c.activation = activation_argument(in);
+  c.max_positions = in.size_argument(6), c.sliding_window = in.size_argument(3);
+  const Index kv = c.num_kv_heads > 0 ? c.num_kv_heads : c.num_heads;
+  const Index head_dim = c.head_dim > 0 ? c.head_dim : (c.num_heads > 0 ? c.num_hiddens / c.num_heads : 0);
+  const bool valid_config =
+      c.vocab_size >= 1 && c.num_hiddens >= 1 && c.num_heads >= 1 && c.ffn_num_hiddens >= 1 && c.num_layers >= 1 &&
+      c.num_kv_heads >= 0 && c.head_dim >= 0 && c.max_positions >= 0 && c.sliding_window >= 0 && kv >= 1 &&
+      c.num_heads % kv == 0 && (c.head_dim > 0 || c.num_hiddens % c.num_heads == 0) &&
+      known_activation(c.activation) && (c.rope_theta == 0 || head_dim % 2 == 0) && (c.gated_ffn || c.ffn_bias);
+  std::optional<attend::CausalLM<Scalar>> model;
+  if (!run_expecting("CausalLM(config)", valid_config, [&] { model.emplace(c, generator); })) return;
+
+  model->train(in.flag());
+  bool ids_valid = true;
+  const attend::Matrix<Index> tokens = token_ids(in, c.vocab_size, ids_valid);
+  const Index batch = tokens.rows(), steps = tokens.cols();
+  const bool valid = ids_valid && (c.max_positions == 0 || steps <= c.max_positions);
+  const std::string what = std::string("CausalLM (") + (model->is_training() ? "training" : "evaluation") + ")";
+  const auto logits = forward_checked<Scalar>(what, *model, valid, {batch, steps, c.vocab_size},
+                                              [&] { return (*model)(tokens); });
+  if (!logits) return;
+  expect_finite(*logits, what);
+  const Tensor3<Scalar> again = model->forward(tokens);  // (batch, steps, vocab_size)
+  expect(bytes_of(again.data(), again.size()) == bytes_of(logits->data(), logits->size()), what,
+         ": forward() differs from operator()");
+  run_expecting(what + " backward", true, [&] { model->backward(*logits); });
+  run_expecting(what + " backward of another shape", false,
+                [&] { model->backward(Tensor3<Scalar>(batch, steps, c.vocab_size + 1)); });
+  if (batch == 0 || steps == 0) return;
+
+  attend::CausalLMCache<Scalar> cache = model->make_cache(batch, steps);
+  const attend::Matrix<Index> prefix = tokens.leftCols(steps - 1), last = tokens.rightCols(1);
+  const std::string decoding = what + ", decoding";
+  if (steps > 1) {
+    forward_checked<Scalar>(decoding, *model, true, {batch, steps - 1, c.vocab_size},
+                            [&] { return (*model)(prefix, cache); });
+    expect(cache.size() == steps - 1, decoding, ": the cache holds ", cache.size(),
+           " steps after ", steps - 1);
+  }
+  const auto step = forward_checked<Scalar>(decoding, *model, true, {batch, 1, c.vocab_size},
+                                            [&] { return (*model)(last, cache); });
+  const Scalar tolerance = std::is_same_v<Scalar, float> ? Scalar(1e-4) : Scalar(1e-10);
+  Scalar largest = 0;
+  for (Index i = 0; i < logits->size(); ++i) largest = std::max(largest, std::abs(logits->data()[i]));
+  for (Index b = 0; b < batch; ++b)
+    for (Index v = 0; v < c.vocab_size; ++v)
+      expect(std::abs((*step)(b, 0, v) - (*logits)(b, steps - 1, v)) <= tolerance * (1 + largest), decoding,
+             ": logits(", b, ", ", v, ") of the last step decoded ", (*step)(b, 0, v), ", of the whole call ",
+             (*logits)(b, steps - 1, v));
+  const Index held = cache.size();
+  run_expecting(decoding + " past the cache's capacity", false, [&] { (*model)(last, cache); });
+  expect(cache.size() == held, decoding, ": a call that threw changed the cache from ", held, " to ", cache.size(),
+         " steps");
+}
+
 template <class Scalar>
 void fuzz(unsigned entry, Input& in) {
   attend::Generator generator(entry);  // parameters and dropout masks: the same for the same input
@@ -1094,8 +1248,14 @@ void fuzz(unsigned entry, Input& in) {
       return fuzz_position_wise_ffn<Scalar>(in, generator);
     case 13:
       return fuzz_gated_ffn<Scalar>(in, generator);
-    default:
+    case 14:
       return fuzz_transformer_encoder_block<Scalar>(in, generator);
+    case 15:
+      return fuzz_causal_lm<Scalar>(in, generator);
+    case 16:
+      return fuzz_embedding<Scalar>(in, generator);
+    default:
+      return fuzz_add_norm<Scalar>(in, generator);
   }
 }
 
@@ -1103,7 +1263,7 @@ void fuzz(unsigned entry, Input& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   Input in(data, size);
-  const unsigned entry = in.byte() % 15;
+  const unsigned entry = in.byte() % 18;
   if (in.flag())
     fuzz<double>(entry, in);
   else

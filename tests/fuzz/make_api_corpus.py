@@ -15,7 +15,7 @@ CORPUS = pathlib.Path(__file__).resolve().parent / "corpus" / "api"
 
 ENTRIES = ["masked_softmax", "transpose_qkv", "transpose_output", "linear", "dot_product_attention",
            "additive_attention", "multi_head_attention", "positional_encoding", "rnn", "conv1d", "layer_norm",
-           "rms_norm", "position_wise_ffn", "gated_ffn", "transformer_encoder_block"]
+           "rms_norm", "position_wise_ffn", "gated_ffn", "transformer_encoder_block", "causal_lm", "embedding", "add_norm"]
 
 # Input::value: bytes 0xF0 + i are special values, any other byte b is int8(b) / 16.
 NAN, INF, NEG_INF, BIG, DENORMAL, NEG_ZERO, MAX = 0xF0, 0xF1, 0xF2, 0xF3, 0xF5, 0xF7, 0xF8
@@ -55,6 +55,11 @@ def tensor_constant(value):
 def tensor_values(values):
     """Mode 0: one value byte per entry."""
     return [0] + list(values)
+
+
+def shape_keep3():
+    """Input::size_near three times, keeping the nominal sizes."""
+    return [0, 0, 0]
 
 
 def mask(parts, *fields):
@@ -120,6 +125,34 @@ def seeds():
     s["transformer_encoder_block_pre_norm"] = ([14, 1, 6, 5, 3, P_HALF, 0, 1, 1] + [1, 1, 4] + tensor_random() +
                                                [PARAMETER, 3])
     s["transformer_encoder_block_indivisible"] = [14, 0, 6, 5, 4, P0, 0, 0, 0]
+    # causal_lm: vocab, hiddens, layers, heads, kv heads, head_dim, ffn; flags (1 LayerNorm, 2 plain FFN, 4 attention
+    # biases, 8 FFN biases, 16 tied, 32 no rotary); activation; max_positions; window; mode; batch; steps; token + 2.
+    LAYER_NORM, PLAIN_FFN, ATTENTION_BIAS, FFN_BIAS, TIED, NO_ROPE = 1, 2, 4, 8, 16, 32
+    SILU, GELU_TANH = 3, 2
+    gpt2 = LAYER_NORM | PLAIN_FFN | ATTENTION_BIAS | FFN_BIAS | TIED | NO_ROPE
+    s["causal_lm_llama"] = [15, 0, 10, 8, 2, 4, 2, 0, 12, 0, SILU, 0, 0, 0, 2, 4] + [2, 5, 9, 11, 3, 4, 7, 2]
+    s["causal_lm_llama_training"] = [15, 1, 10, 8, 1, 4, 1, 0, 12, 16, SILU, 0, 0, 1, 1, 4] + [2, 5, 9, 11]
+    s["causal_lm_gpt2"] = [15, 1, 9, 8, 2, 2, 0, 0, 12, gpt2, GELU_TANH, 6, 0, 0, 2, 3] + [4, 5, 6, 7, 8, 9]
+    s["causal_lm_mistral_window"] = [15, 0, 7, 8, 2, 4, 2, 0, 10, 0, SILU, 0, 2, 0, 1, 4] + [3, 4, 5, 6]
+    s["causal_lm_head_dim"] = [15, 0, 7, 6, 1, 2, 1, 4, 10, 0, SILU, 0, 0, 0, 1, 3] + [3, 4, 5]
+    s["causal_lm_no_layers"] = [15, 0, 7, 6, 0, 2, 1, 0, 10, 0, SILU, 0, 0, 0, 2, 2] + [3, 4, 5, 6]
+    s["causal_lm_odd_rotary"] = [15, 0, 7, 6, 1, 2, 1, 3, 10, 0, SILU, 0, 0, 0, 1, 3] + [3, 4, 5]
+    s["causal_lm_plain_ffn_without_bias"] = [15, 0, 7, 6, 1, 2, 1, 0, 10, PLAIN_FFN, SILU]
+    s["causal_lm_token_out_of_range"] = [15, 0, 7, 6, 1, 2, 1, 0, 10, 0, SILU, 0, 0, 0, 1, 3] + [3, 0, 20]
+    s["causal_lm_past_positions"] = [15, 0, 7, 6, 1, 2, 1, 0, 10, gpt2, GELU_TANH, 2, 0, 0, 1, 4] + [3, 4, 5, 6]
+    # embedding: num_embeddings, embedding_dim, mode, batch, steps, token + 2.
+    s["embedding"] = [16, 0, 9, 5, 1, 2, 3] + [2, 4, 10, 3, 2, 7]
+    s["embedding_double"] = [16, 1, 4, 3, 0, 1, 4] + [2, 3, 4, 5]
+    s["embedding_out_of_range"] = [16, 0, 4, 3, 0, 1, 2] + [2, 6]
+    s["embedding_negative"] = [16, 0, 4, 3, 0, 1, 1] + [0]
+    s["embedding_zero_rows"] = [16, 0, MINUS_ONE, 3]
+    # add_norm: normalized_shape, dropout, mode, batch, steps, X, Y's shape (size_near x 3), Y.
+    s["add_norm"] = [17, 0, 8, P0, 0, 2, 3] + tensor_random() + shape_keep3() + tensor_random(1, 8)
+    s["add_norm_dropout"] = [17, 1, 6, P_HALF, 1, 2, 2] + tensor_random() + shape_keep3() + tensor_random(2, 9)
+    s["add_norm_mismatch"] = [17, 0, 5, P0, 0, 1, 2] + tensor_random() + [0, 0, 0xF3] + tensor_random()
+    s["add_norm_bad_dropout"] = [17, 0, 5, P_OVER]
+    s["add_norm_specials"] = ([17, 0, 4, P0, 0, 1, 1] + tensor_with_specials([(0, NAN), (1, INF)]) + shape_keep3() +
+                              tensor_random())
 
     # DotProductAttention: dropout; then mode, batch, queries, keys, key width, value width; mask; Q, K, V; change.
     s["dot_product_attention"] = ([4, 0, P0, 0, 2, 3, 4, 4, 2] + mask(PER_BATCH, [0, 2, 3, NO_RULE]) +
