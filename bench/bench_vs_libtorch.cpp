@@ -13,10 +13,11 @@
 //   --min-time=0.1      seconds of calls per contender per round (at least one call)
 //   --long-call=1       a shape whose slowest contender takes longer per call gets at most 3 rounds (n = 8192)
 //   --max-n=8192        leave out the attention shapes with a longer sequence
-//   --parts=attention,training,kernel,gqa,encoder,encoder_training,rnn,conv1d   which comparisons to run (the sgemm
-//                       ceiling always runs); training: a forward + backward step of the attention shapes up to
-//                       n = 4096, against libtorch's autograd; kernel, gqa, encoder, encoder_training: PyTorch 2 only
-//                       (encoder: a whole nn.TransformerEncoderLayer, see its section)
+//   --parts=attention,training,kernel,gqa,encoder,encoder_training,rnn,conv1d,linear_bf16   which comparisons to run
+//                       (the sgemm ceiling always runs); training: a forward + backward step of the attention shapes
+//                       up to n = 4096, against libtorch's autograd; kernel, gqa, encoder, encoder_training,
+//                       linear_bf16: PyTorch 2 only (encoder: a whole nn.TransformerEncoderLayer, see its section;
+//                       linear_bf16: Linear in bfloat16 and float, see its section)
 //   --attend-openblas-threads=N       OpenBLAS's threads during attend's calls; 0: the --threads count. Default 1 in
 //                                     the _blas program when attend has OpenMP, else 0 (see Threads below)
 //   --csv=FILE --json=FILE            also write the results there (CSV: one row per measurement, for
@@ -126,7 +127,7 @@ const char* mask_name(MaskKind mask) {
   return mask == MaskKind::none ? "none" : mask == MaskKind::lens ? "lens" : "causal";
 }
 
-constexpr const char* all_parts = "attention,training,kernel,gqa,encoder,encoder_training,rnn,conv1d";
+constexpr const char* all_parts = "attention,training,kernel,gqa,encoder,encoder_training,rnn,conv1d,linear_bf16";
 
 struct Options {
   std::vector<int> threads{1, 2};
@@ -135,7 +136,7 @@ struct Options {
   double long_call = 1;   // seconds per call above which a shape gets at most 3 rounds
   Index max_n = 8192;
   bool attention = true, training = true, kernel = true, gqa = true, encoder = true, encoder_training = true, rnn = true,
-       conv1d = true;
+       conv1d = true, linear_bf16 = true;
   std::vector<MaskKind> masks{MaskKind::none, MaskKind::lens, MaskKind::causal};
   std::string csv, json;
 #ifdef EIGEN_USE_BLAS
@@ -172,7 +173,7 @@ Options parse(int argc, char** argv) {
       options.max_n = std::stol(value);
     } else if (key == "--parts") {
       options.attention = options.training = options.kernel = options.gqa = options.encoder =
-          options.encoder_training = options.rnn = options.conv1d = false;
+          options.encoder_training = options.rnn = options.conv1d = options.linear_bf16 = false;
       for (const std::string& part : split(value, ',')) {
         if (part == "attention") options.attention = true;
         else if (part == "training") options.training = true;
@@ -182,6 +183,7 @@ Options parse(int argc, char** argv) {
         else if (part == "encoder_training") options.encoder_training = true;
         else if (part == "rnn") options.rnn = true;
         else if (part == "conv1d") options.conv1d = true;
+        else if (part == "linear_bf16") options.linear_bf16 = true;
         else
           throw std::invalid_argument("--parts: unknown part '" + part + "' (" + all_parts + ")");
       }
@@ -982,6 +984,84 @@ class Kernel {
   torch::Tensor keep_, keep16_;
 };
 
+// ---- Linear in bfloat16 (PyTorch 2 only) ------------------------------------------------------------------------------
+
+// attend::Linear<bfloat16> ("attend") and Linear<float> ("attend_float") forward over (1, rows, in) into a
+// preallocated output, against at::linear on bfloat16 tensors ("torch_linear_bf16": oneDNN's bf16 GEMM, on AVX512-BF16
+// or AMX where the CPU has them) and on float ("torch_linear"); bias on, the same values (bfloat16 inputs and weights
+// are the float ones rounded, by both libraries alike). A decoding step is 1 to 4 rows; prefill more. Every contender
+// reads the same one weight each call (in cache as far as it fits, alike for all). FLOPs: 2 rows in out.
+struct LinearShape {
+  Index rows, in, out;
+};
+
+const LinearShape linear_shapes[] = {{1, 4096, 4096},   {1, 2048, 8192},  {4, 4096, 4096},
+                                     {32, 2048, 2048},  {256, 1024, 1024}, {1024, 512, 512},
+                                     {2048, 768, 2304}, {512, 4096, 4096}};
+
+class LinearBf16 {
+ public:
+  static constexpr bool inference = true;
+
+  explicit LinearBf16(const LinearShape& s)
+      : s_(s), wide_(s.in, s.out, true, draws_wide_), narrow_(s.in, s.out, true, draws_narrow_),
+        X_(1, s.rows, s.in), X16_(1, s.rows, s.in), Y_(1, s.rows, s.out), Y16_(1, s.rows, s.out) {
+    attend::Generator draws(46);
+    for (Index i = 0; i < X_.size(); ++i) {
+      X_.data()[i] = draws.uniform(-1.0f, 1.0f);
+      X16_.data()[i] = attend::bfloat16(X_.data()[i]);
+    }
+    x_ = to_torch(X_.data(), {1, s.rows, s.in});
+    w_ = to_torch(wide_.weight().data(), {s.out, s.in});
+    b_ = to_torch(wide_.bias().data(), {s.out});
+    x16_ = x_.to(torch::kBFloat16);
+    w16_ = w_.to(torch::kBFloat16);
+    b16_ = b_.to(torch::kBFloat16);
+  }
+
+  Problem problem() const {
+    return {"linear_bf16",
+            attend::detail::message('(', s_.rows, ',', s_.in, ',', s_.out, ')'),
+            attend::detail::message("in", s_.in),
+            "",
+            1,
+            s_.rows,
+            2.0 * s_.rows * s_.in * s_.out};
+  }
+
+  void check_agreement() {
+    const torch::Tensor reference = at::linear(x_, w_, b_);
+    const torch::Tensor reference16 = at::linear(x16_, w16_, b16_).to(torch::kFloat32);
+    narrow_.forward(X16_, Y16_);
+    Tensor3<float> Y16_wide(1, s_.rows, s_.out);  // attend's bfloat16 result, widened
+    for (Index i = 0; i < Y16_.size(); ++i) Y16_wide.data()[i] = static_cast<float>(Y16_.data()[i]);
+    wide_.forward(X_, Y_);
+    check(problem().label,
+          {{"attend_float", relative_difference(Y_, reference)},
+           {"attend_bf16", relative_difference(Y16_wide, reference)},
+           {"attend_bf16 vs torch_bf16", relative_difference(Y16_wide, reference16)}},
+          1e-2);
+  }
+
+  std::vector<Contender> contenders() {
+    return {{"attend", [this] { narrow_.forward(X16_, Y16_), benchmark::DoNotOptimize(Y16_.data()); }},
+            {"attend_float", [this] { wide_.forward(X_, Y_), benchmark::DoNotOptimize(Y_.data()); }},
+            {"torch_linear_bf16", [this] { benchmark::DoNotOptimize(at::linear(x16_, w16_, b16_).data_ptr()); }},
+            {"torch_linear", [this] { benchmark::DoNotOptimize(at::linear(x_, w_, b_).data_ptr()); }}};
+  }
+
+ private:
+  LinearShape s_;
+  attend::Generator draws_wide_{45}, draws_narrow_{45};  // one seed: the same draws for both layers
+  attend::Linear<float> wide_;               // (out, in) weights drawn from seed 45
+  attend::Linear<attend::bfloat16> narrow_;  // the same, rounded
+  Tensor3<float> X_;                         // (1, rows, in)
+  Tensor3<attend::bfloat16> X16_;            // X_ rounded
+  Tensor3<float> Y_;                         // (1, rows, out)
+  Tensor3<attend::bfloat16> Y16_;            // (1, rows, out)
+  torch::Tensor x_, w_, b_, x16_, w16_, b16_;
+};
+
 // ---- grouped-query attention: prefill and decoding (PyTorch 2 only) ------------------------------------------------
 
 // attend::scaled_dot_product_attention on (batch, steps, heads * d) — Q with `heads` heads, K and V with `kv_heads`,
@@ -1546,6 +1626,7 @@ int main(int argc, char** argv) try {
                             {"attend", "torch_layer", "torch_fused", "torch_sdpa", "gemm_torch", "gemm_eigen"});
   const Table encoder_training_table("(batch,n,d,heads)",
                                      {"attend", "torch_layer", "torch_sdpa", "gemm_torch", "gemm_eigen"});
+  const Table linear_table("(rows,in,out)", {"attend", "attend_float", "torch_linear_bf16", "torch_linear"});
 #else
   const Table attention_table("(batch,n,d,heads)",
                               {"attend", "attend_direct", "attend_tiled", "torch_mha", "torch_fused"});
@@ -1600,6 +1681,10 @@ int main(int argc, char** argv) try {
       run_part<EncoderTraining>(encoder_sweep(options.masks), encoder_training_table,
                                 "transformer encoder layer, one training step (forward + backward)" + at, options,
                                 threads, sgemm, results);
+    if (options.linear_bf16)
+      run_part<LinearBf16>(as_vector(linear_shapes), linear_table,
+                           "Linear, forward; att = attend's bfloat16 (attend_float: its float)" + at, options, threads,
+                           sgemm, results);
 #endif
     if (options.rnn)
       run_part<Rnn>(as_vector(rnn_shapes), rnn_table, "RNN (tanh, batch_first)" + at, options, threads, sgemm,

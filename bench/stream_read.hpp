@@ -33,7 +33,7 @@ __attribute__((target("avx512f"))) inline float sum_avx512(const float* p, atten
 
 inline float stream_sum(const float* p, attend::Index n) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (attend::active_isa() == attend::Isa::avx512) return sum_avx512(p, n);
+  if (attend::detail::float_level(attend::active_isa()) == attend::Isa::avx512) return sum_avx512(p, n);
 #endif
   return Eigen::Map<const Eigen::VectorXf>(p, n).sum();
 }

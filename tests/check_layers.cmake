@@ -25,13 +25,13 @@ set(layer_table
   0 "^(config|tensor|isa|threads|random|valid_lens|mask|score_options)\\.hpp$"
   0 "^detail/(tuning|philox|heads|views|packet_buffer|projection)\\.hpp$"
 
-  1 "^detail/(generic|avx2|avx512|kernels)/[^/]+\\.hpp$"
+  1 "^detail/(generic|avx2|avx512|avx512_bf16|kernels)/[^/]+\\.hpp$"
   1 "^detail/(target|kernels|operands|mask_row|softmax|attention_dropout)\\.hpp$"
   1 "^separate_kernels\\.hpp$"
 
   2 "^detail/core/[^/]+\\.hpp$"
   2 "^detail/(attend_rows|attention_backward)\\.hpp$"
-  2 "^detail/(products|project_rows|transpose|transposed_weight|normalization)\\.hpp$"
+  2 "^detail/(products|project_rows|bf16_products|transpose|transposed_weight|normalization)\\.hpp$"
 
   3 "^(masked_softmax|scaled_dot_product_attention|transpose_qkv|rotary_embedding|kv_cache)\\.hpp$"
   3 "^(attention_path|attention_gradients|complexity|activation|sampling)\\.hpp$"

@@ -1312,6 +1312,7 @@ TEMPLATE_TEST_CASE("Optimizers refuse a hand-made Parameter with a negative size
                        Message("AdamW: parameter \"w\" must have size >= 0, got -2"));
   const int chosen = attend::process::chosen_isa.load();
   CHECK_THROWS_MATCHES(attend::set_isa(static_cast<attend::Isa>(7)), std::invalid_argument,
-                       Message("set_isa: isa must be Isa::generic, Isa::avx2 or Isa::avx512, got Isa(7)"));
+                       Message("set_isa: isa must be Isa::generic, Isa::avx2, Isa::avx512 or Isa::avx512_bf16, got "
+                               "Isa(7)"));
   CHECK(attend::process::chosen_isa.load() == chosen);  // the choice is unchanged
 }

@@ -41,8 +41,10 @@ TEST_CASE("available_isas lists the levels this CPU runs, best first, generic la
   REQUIRE(levels.back() == Isa::generic);
   for (std::size_t i = 1; i < levels.size(); ++i) REQUIRE(static_cast<int>(levels[i - 1]) > static_cast<int>(levels[i]));
   REQUIRE(attend::best_isa() == levels.front());
-  // avx512 needs avx2 (every AVX-512 CPU has AVX2 and FMA)
+  // avx512 needs avx2 (every AVX-512 CPU has AVX2 and FMA), avx512_bf16 avx512
+  if (levels.front() == Isa::avx512_bf16) REQUIRE(levels.size() == 4);
   if (levels.front() == Isa::avx512) REQUIRE(levels.size() == 3);
+  CHECK(std::string(attend::isa_name(Isa::avx512_bf16)) == "avx512_bf16");
   CHECK(std::string(attend::isa_name(Isa::avx512)) == "avx512");
   CHECK(std::string(attend::isa_name(Isa::avx2)) == "avx2");
   CHECK(std::string(attend::isa_name(Isa::generic)) == "generic");
@@ -53,12 +55,14 @@ TEST_CASE("the first call takes the best level, or the one ATTEND_ISA names", "[
   unsetenv("ATTEND_ISA");
   forget_choice();
   REQUIRE(attend::active_isa() == attend::best_isa());
-  for (Isa isa : attend_test::levels()) {
+  for (Isa isa : attend_test::bf16_levels()) {
     setenv("ATTEND_ISA", attend::isa_name(isa), 1);
     forget_choice();
     REQUIRE(attend::active_isa() == isa);
-    REQUIRE(attend::detail::kernels<float>().isa == isa);
-    REQUIRE(attend::detail::kernels<double>().isa == isa);
+    // avx512_bf16 adds bfloat16 products: float and double run avx512's kernels there
+    const Isa float_level = isa == Isa::avx512_bf16 ? Isa::avx512 : isa;
+    REQUIRE(attend::detail::kernels<float>().isa == float_level);
+    REQUIRE(attend::detail::kernels<double>().isa == float_level);
   }
   setenv("ATTEND_ISA", "", 1);  // empty: as unset
   forget_choice();
@@ -68,7 +72,7 @@ TEST_CASE("the first call takes the best level, or the one ATTEND_ISA names", "[
 TEST_CASE("set_isa forces a level, by value or by name, over ATTEND_ISA", "[isa]") {
   RestoreChoice restore;
   setenv("ATTEND_ISA", "generic", 1);
-  for (Isa isa : attend_test::levels()) {
+  for (Isa isa : attend_test::bf16_levels()) {
     attend::set_isa(isa);
     REQUIRE(attend::active_isa() == isa);
     attend::set_isa(Isa::generic);
@@ -83,17 +87,20 @@ TEST_CASE("an unknown level, or one this CPU lacks, is a clear error naming the 
           "[isa][errors]") {
   RestoreChoice restore;
   std::string offered;
-  for (Isa isa : attend_test::levels()) offered += (offered.empty() ? "" : ", ") + std::string(attend::isa_name(isa));
+  for (Isa isa : attend_test::bf16_levels())
+    offered += (offered.empty() ? "" : ", ") + std::string(attend::isa_name(isa));
   attend::set_isa(Isa::generic);
   REQUIRE_THROWS_MATCHES(attend::set_isa("sse9"), std::invalid_argument,
-                         Catch::Matchers::Message("set_isa: unknown instruction set \"sse9\"; expected one of avx512, "
-                                                  "avx2, generic (this CPU offers " + offered + ")"));
+                         Catch::Matchers::Message("set_isa: unknown instruction set \"sse9\"; expected one of "
+                                                  "avx512_bf16, avx512, avx2, generic (this CPU offers " + offered +
+                                                  ")"));
   REQUIRE(attend::active_isa() == Isa::generic);  // unchanged
   setenv("ATTEND_ISA", "AVX2", 1);                // names are lower case
   forget_choice();
   REQUIRE_THROWS_MATCHES(attend::active_isa(), std::invalid_argument,
                          Catch::Matchers::Message("ATTEND_ISA: unknown instruction set \"AVX2\"; expected one of "
-                                                  "avx512, avx2, generic (this CPU offers " + offered + ")"));
+                                                  "avx512_bf16, avx512, avx2, generic (this CPU offers " + offered +
+                                                  ")"));
   // a module's call throws it too, before any work, and the module is unchanged
   attend::MultiHeadAttention<float> attention(8, 8, 8, 8, 2, 0.0f);
   attention.eval();
@@ -102,7 +109,7 @@ TEST_CASE("an unknown level, or one this CPU lacks, is a clear error naming the 
   const attend::Matrix<float> W_q = attention.W_q().weight();
   REQUIRE_THROWS_AS(attention(X, X, X), std::invalid_argument);
   REQUIRE(attention.W_q().weight() == W_q);
-  for (Isa isa : {Isa::avx512, Isa::avx2}) {
+  for (Isa isa : {Isa::avx512_bf16, Isa::avx512, Isa::avx2}) {
     if (attend::detail::cpu_has(isa)) continue;
     const std::string name = attend::isa_name(isa);
     REQUIRE_THROWS_MATCHES(attend::set_isa(isa), std::invalid_argument,
@@ -126,13 +133,13 @@ TEST_CASE("a value outside the enum is no level: set_isa refuses it, cpu_has and
   RestoreChoice restore;
   attend::set_isa(Isa::generic);
   REQUIRE_THROWS_MATCHES(attend::set_isa(static_cast<Isa>(7)), std::invalid_argument,
-                         Catch::Matchers::Message("set_isa: isa must be Isa::generic, Isa::avx2 or Isa::avx512, got "
-                                                  "Isa(7)"));
+                         Catch::Matchers::Message("set_isa: isa must be Isa::generic, Isa::avx2, Isa::avx512 or "
+                                                  "Isa::avx512_bf16, got Isa(7)"));
   REQUIRE_THROWS_MATCHES(attend::set_isa(static_cast<Isa>(-1)), std::invalid_argument,
-                         Catch::Matchers::Message("set_isa: isa must be Isa::generic, Isa::avx2 or Isa::avx512, got "
-                                                  "Isa(-1)"));
+                         Catch::Matchers::Message("set_isa: isa must be Isa::generic, Isa::avx2, Isa::avx512 or "
+                                                  "Isa::avx512_bf16, got Isa(-1)"));
   REQUIRE(attend::active_isa() == Isa::generic);  // unchanged
-  for (int value : {-1, 3, 7}) {
+  for (int value : {-1, 4, 7}) {
     CAPTURE(value);
     CHECK_FALSE(attend::detail::cpu_has(static_cast<Isa>(value)));
     CHECK(std::string(attend::isa_name(static_cast<Isa>(value))) == "unknown");

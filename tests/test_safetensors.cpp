@@ -247,6 +247,95 @@ TEMPLATE_TEST_CASE("F16 and BF16 decode exactly, subnormals, infinities and NaN 
   CHECK(header.metadata.empty());
 }
 
+// The bfloat16 nearest to d by the definition: of the bfloat16 values around it (bfloat16 is float's upper half, so
+// they are floats), the one at the least distance in double, the one with an even last bit on a tie; d finite.
+std::uint16_t nearest_bfloat16_bits(double d) {
+  const float truncated = static_cast<float>(d);  // within a float's rounding of d: its bfloat16 neighbours are near
+  std::uint32_t wide;
+  std::memcpy(&wide, &truncated, sizeof wide);
+  std::uint16_t best = 0;
+  double best_distance = std::numeric_limits<double>::infinity();
+  for (int step = -2; step <= 2; ++step) {
+    const auto candidate = static_cast<std::uint16_t>(static_cast<int>(wide >> 16) + step);
+    const std::uint32_t candidate_wide = static_cast<std::uint32_t>(candidate) << 16;
+    float value;
+    std::memcpy(&value, &candidate_wide, sizeof value);
+    if (!std::isfinite(value)) continue;
+    const double distance = std::abs(static_cast<double>(value) - d);
+    if (distance < best_distance || (distance == best_distance && (candidate & 1u) == 0)) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+std::uint16_t bits_of(attend::bfloat16 x) {
+  std::uint16_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return bits;
+}
+
+// Little-endian bytes of 32- and 64-bit floats.
+template <class Float>
+std::string float_bytes(const std::vector<Float>& values) {
+  std::string out;
+  for (Float v : values) {
+    unsigned char raw[sizeof(Float)];
+    std::memcpy(raw, &v, sizeof raw);  // x86-64 and AArch64 are little-endian
+    out.append(reinterpret_cast<const char*>(raw), sizeof raw);
+  }
+  return out;
+}
+
+TEST_CASE("load_safetensors<bfloat16> keeps BF16 as stored and rounds F64, F32 and F16 once, to nearest even",
+          "[safetensors]") {
+  // F64: 1 + 2^-8 + 2^-30 lies just above a tie of bfloat16 (rounding to float first would make it the tie, and
+  // then round down); 1 + 2^-8 - 2^-40 just below one. F32: two ties (to 1, to 1 + 2^-6), pi, a value past the
+  // largest bfloat16 (to infinity).
+  const std::vector<double> f64{0.1, 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30),
+                                1.0 + std::ldexp(1.0, -8) - std::ldexp(1.0, -40), -2.5, 1e-300, -1e300};
+  const std::vector<float> f32{1.00390625f, 1.01171875f, 3.14159274f, -7.5e-39f, 3.397e38f};
+  const std::vector<std::uint16_t> bf16{0x3F80, 0x4049, 0x0001, 0x7F7F, 0xFF80, 0x7FC0, 0x8000};
+  const std::vector<std::uint16_t> f16{0x3555, 0x7BFF, 0x0001};  // 0.333251953125, 65504, 2^-24
+  const std::string path = safetensors_path<double>("bf16_loading");
+  write_file(path,
+             R"({"a":{"dtype":"F64","shape":[6],"data_offsets":[0,48]},)"
+             R"("b":{"dtype":"F32","shape":[5],"data_offsets":[48,68]},)"
+             R"("c":{"dtype":"BF16","shape":[7],"data_offsets":[68,82]},)"
+             R"("d":{"dtype":"F16","shape":[3],"data_offsets":[82,88]}})",
+             float_bytes(f64) + float_bytes(f32) + bytes16(bf16) + bytes16(f16));
+  const StateDict<attend::bfloat16> dict = attend::load_safetensors<attend::bfloat16>(path);
+  REQUIRE(dict.size() == 4);
+  const auto& a = dict.at("a").values;
+  REQUIRE(a.size() == f64.size());
+  for (std::size_t i = 0; i < f64.size(); ++i) {
+    INFO("F64 element " << i);
+    const std::uint16_t expected = std::abs(f64[i]) > 1e100 ? (f64[i] > 0 ? 0x7F80 : 0xFF80)  // past the largest
+                                                             : nearest_bfloat16_bits(f64[i]);
+    CHECK(bits_of(a[i]) == expected);
+  }
+  CHECK(bits_of(a[1]) == 0x3F81);  // 1 + 2^-7: above the tie
+  CHECK(bits_of(a[2]) == 0x3F80);  // 1: below it
+  const auto& b = dict.at("b").values;
+  REQUIRE(b.size() == f32.size());
+  for (std::size_t i = 0; i + 1 < f32.size(); ++i) {
+    INFO("F32 element " << i);
+    CHECK(bits_of(b[i]) == nearest_bfloat16_bits(f32[i]));
+  }
+  CHECK(bits_of(b[0]) == 0x3F80);  // the tie 1 + 2^-8, to even: 1
+  CHECK(bits_of(b[1]) == 0x3F82);  // the tie 1 + 3 2^-8, to even: 1 + 2^-6
+  CHECK(bits_of(b[4]) == 0x7F80);  // past the largest finite bfloat16 (255 * 2^120) and half its last place
+  const auto& c = dict.at("c").values;
+  REQUIRE(c.size() == bf16.size());
+  for (std::size_t i = 0; i < bf16.size(); ++i) CHECK(bits_of(c[i]) == bf16[i]);
+  const auto& d = dict.at("d").values;
+  REQUIRE(d.size() == 3);
+  CHECK(bits_of(d[0]) == nearest_bfloat16_bits(0.333251953125));
+  CHECK(bits_of(d[1]) == nearest_bfloat16_bits(65504.0));
+  CHECK(bits_of(d[2]) == nearest_bfloat16_bits(std::ldexp(1.0, -24)));
+}
+
 TEST_CASE("Headers padded with whitespace, entries in any order, unknown fields and empty tensors are read",
           "[safetensors]") {
   const std::string path = safetensors_path<double>("liberal_header");

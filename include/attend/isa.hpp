@@ -4,14 +4,16 @@
 // level below, each in a namespace of its own with its instruction set enabled for those functions alone
 // (detail/target.hpp), so a program built with the compiler's default flags and no -m option still runs them at the
 // width of the CPU it runs on:
+//   Isa::avx512_bf16  avx512 and AVX512-BF16's dot products of bfloat16 pairs (Cooper Lake, Sapphire Rapids and
+//                 later Xeons, Zen 4 and later): bfloat16 products take them; float and double run avx512's kernels
 //   Isa::avx512   AVX-512 F, DQ, BW and VL (Skylake-SP and later Xeons, Zen 4 and later), 16 floats a packet
 //   Isa::avx2     AVX2 and FMA (Haswell and later, Zen), 8 floats a packet
 //   Isa::generic  Eigen's packets at the flags the including file was compiled with: SSE2 on x86-64 by default,
 //                 NEON on AArch64; the only level on other CPUs and compilers
 // The first kernel call takes the best level this CPU has (CPUID, and XGETBV for the operating system's support of
-// the wider registers), or the one the environment variable ATTEND_ISA names (avx512, avx2 or generic); set_isa()
-// overrides both. Results are deterministic within a level and agree across levels within rounding (the tests run
-// every level against the same double-precision fixtures).
+// the wider registers), or the one the environment variable ATTEND_ISA names (avx512_bf16, avx512, avx2 or
+// generic); set_isa() overrides both. Results are deterministic within a level and agree across levels within
+// rounding (the tests run every level against the same double-precision fixtures).
 #pragma once
 
 #include <attend/config.hpp>
@@ -37,12 +39,13 @@ inline std::atomic<int> chosen_isa{-1};
 
 inline namespace ATTEND_ABI {
 
-enum class Isa { generic = 0, avx2 = 1, avx512 = 2 };
+enum class Isa { generic = 0, avx2 = 1, avx512 = 2, avx512_bf16 = 3 };
 
-// "generic", "avx2", "avx512": the names ATTEND_ISA and set_isa(name) take; "unknown" for a value outside the enum
-// (Isa(7)), which names no level.
+// "generic", "avx2", "avx512", "avx512_bf16": the names ATTEND_ISA and set_isa(name) take; "unknown" for a value
+// outside the enum (Isa(7)), which names no level.
 inline const char* isa_name(Isa isa) {
   switch (isa) {
+    case Isa::avx512_bf16: return "avx512_bf16";
     case Isa::avx512: return "avx512";
     case Isa::avx2: return "avx2";
     case Isa::generic: return "generic";
@@ -53,7 +56,15 @@ inline const char* isa_name(Isa isa) {
 namespace detail {
 
 // True when `isa` is one of the enum's levels, not another value cast to Isa.
-inline bool is_isa(Isa isa) { return isa == Isa::generic || isa == Isa::avx2 || isa == Isa::avx512; }
+inline bool is_isa(Isa isa) {
+  return isa == Isa::generic || isa == Isa::avx2 || isa == Isa::avx512 || isa == Isa::avx512_bf16;
+}
+
+// Every level, best first.
+inline constexpr Isa all_isas[] = {Isa::avx512_bf16, Isa::avx512, Isa::avx2, Isa::generic};
+
+// The level whose kernels float and double run on at `isa`: the levels above avx512 add bfloat16 products only.
+inline Isa float_level(Isa isa) { return isa == Isa::avx512_bf16 ? Isa::avx512 : isa; }
 
 #ifdef ATTEND_X86_DISPATCH
 // XCR0, the register state the operating system saves on a context switch (0 when it does not support XSAVE).
@@ -80,8 +91,12 @@ inline bool cpu_has(Isa isa) {
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
   const bool avx2 = (b & bit_AVX2) != 0 && fma && ymm;
   if (isa == Isa::avx2) return avx2;
-  const bool avx512 = (b & bit_AVX512F) && (b & bit_AVX512DQ) && (b & bit_AVX512BW) && (b & bit_AVX512VL);
-  return avx2 && avx512 && zmm;
+  const bool avx512 =
+      avx2 && zmm && (b & bit_AVX512F) && (b & bit_AVX512DQ) && (b & bit_AVX512BW) && (b & bit_AVX512VL);
+  if (isa == Isa::avx512) return avx512;
+  // AVX512_BF16: CPUID leaf 7, subleaf 1, EAX bit 5.
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+  return avx512 && (a & (1u << 5)) != 0;
 #else
   return false;
 #endif
@@ -93,7 +108,7 @@ inline std::string offered_isas();
 // The level a name stands for; throws std::invalid_argument naming `what`, the value and the levels offered when
 // the name is unknown or the CPU lacks that level.
 inline Isa isa_from_name(const std::string& name, const char* what) {
-  for (Isa isa : {Isa::avx512, Isa::avx2, Isa::generic}) {
+  for (Isa isa : all_isas) {
     if (name != isa_name(isa)) continue;
     if (!cpu_has(isa))
       throw std::invalid_argument(std::string(what) + ": this CPU cannot run \"" + name + "\"; it offers " +
@@ -101,7 +116,8 @@ inline Isa isa_from_name(const std::string& name, const char* what) {
     return isa;
   }
   throw std::invalid_argument(std::string(what) + ": unknown instruction set \"" + name +
-                              "\"; expected one of avx512, avx2, generic (this CPU offers " + offered_isas() + ")");
+                              "\"; expected one of avx512_bf16, avx512, avx2, generic (this CPU offers " +
+                              offered_isas() + ")");
 }
 
 }  // namespace detail
@@ -109,7 +125,7 @@ inline Isa isa_from_name(const std::string& name, const char* what) {
 // The levels this CPU can run, best first; Isa::generic is always among them.
 inline std::vector<Isa> available_isas() {
   std::vector<Isa> levels;
-  for (Isa isa : {Isa::avx512, Isa::avx2, Isa::generic})
+  for (Isa isa : detail::all_isas)
     if (detail::cpu_has(isa)) levels.push_back(isa);
   return levels;
 }
@@ -127,15 +143,16 @@ inline Isa best_isa() { return available_isas().front(); }
 // enum's levels (Isa(7)) or this CPU cannot run it. Call it between calls, not while another thread is inside attend.
 inline void set_isa(Isa isa) {
   if (!detail::is_isa(isa))
-    throw std::invalid_argument("set_isa: isa must be Isa::generic, Isa::avx2 or Isa::avx512, got Isa(" +
-                                std::to_string(static_cast<int>(isa)) + ")");
+    throw std::invalid_argument(
+        "set_isa: isa must be Isa::generic, Isa::avx2, Isa::avx512 or Isa::avx512_bf16, got Isa(" +
+        std::to_string(static_cast<int>(isa)) + ")");
   if (!detail::cpu_has(isa))
     throw std::invalid_argument(std::string("set_isa: this CPU cannot run \"") + isa_name(isa) + "\"; it offers " +
                                 detail::offered_isas());
   process::chosen_isa.store(static_cast<int>(isa), std::memory_order_relaxed);
 }
 
-// The same by name: "avx512", "avx2" or "generic" (ATTEND_ISA's values), or "best" for best_isa().
+// The same by name: "avx512_bf16", "avx512", "avx2" or "generic" (ATTEND_ISA's values), or "best" for best_isa().
 inline void set_isa(const std::string& name) {
   set_isa(name == "best" ? best_isa() : detail::isa_from_name(name, "set_isa"));
 }

@@ -8,10 +8,15 @@
 // Training: operator() keeps a copy of its input X for backward(dY), which returns dX = dY W and adds
 // dW = dY^T X and db = the column sums of dY into weight_grad() and bias_grad() (PyTorch's .grad accumulation),
 // all with X and dY seen as (batch * steps, features). forward() const keeps nothing.
+//
+// Linear<bfloat16> stores W and b in bfloat16 and runs in evaluation only (detail/bf16_products.hpp: products and
+// sums in float, each output rounded once); operator() keeps nothing, and backward() does not compile. Drawn from
+// a generator, its W and b are a Linear<float>'s from the same generator, rounded.
 #pragma once
 
 #include <attend/config.hpp>
 
+#include <attend/detail/bf16_products.hpp>
 #include <attend/detail/products.hpp>
 #include <attend/detail/project_rows.hpp>
 #include <attend/detail/views.hpp>
@@ -22,6 +27,7 @@
 #include <attend/tensor.hpp>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace attend {
@@ -34,11 +40,11 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
       : in_features_(in_features), out_features_(out_features), has_bias_(bias) {
     detail::require_at_least(in_features, 1, "Linear", "in_features");
     detail::require_at_least(out_features, 1, "Linear", "out_features");
-    const Scalar bound = Scalar(1) / std::sqrt(static_cast<Scalar>(in_features));
+    const Draw bound = Draw(1) / std::sqrt(static_cast<Draw>(in_features));
     weight_.resize(out_features, in_features);
-    for (Index i = 0; i < weight_.size(); ++i) weight_.data()[i] = generator.uniform(-bound, bound);
+    for (Index i = 0; i < weight_.size(); ++i) weight_.data()[i] = Scalar(generator.uniform(-bound, bound));
     bias_ = Vector<Scalar>::Zero(bias ? out_features : 0);
-    for (Index i = 0; i < bias_.size(); ++i) bias_[i] = generator.uniform(-bound, bound);
+    for (Index i = 0; i < bias_.size(); ++i) bias_[i] = Scalar(generator.uniform(-bound, bound));
     weight_grad_ = Matrix<Scalar>::Zero(out_features, in_features);
     bias_grad_ = Vector<Scalar>::Zero(bias_.size());
   }
@@ -56,6 +62,7 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
   template <class Input>
   Tensor3<Scalar> operator()(const Input& input) {
     const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
+    if constexpr (detail::is_reduced<Scalar>) return forward(X);  // evaluation only: nothing to keep
     Tensor3<Scalar> Y = forward(X);  // (batch, steps, out_features); throws before anything is kept
     recorded_input_ = X;
     recorded_ = true;
@@ -90,6 +97,7 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
   // throws changes nothing.
   template <class GradOutput>
   Tensor3<Scalar> backward(const GradOutput& grad_output) {
+    static_assert(!detail::is_reduced<Scalar>, "attend: Linear<bfloat16> runs in evaluation only; train in float");
     constexpr const char* where = "Linear::backward";
     const ConstTensorMap3<Scalar> dY = detail::input3<Scalar>(grad_output);
     detail::require_recorded(recorded_, where, "Linear");
@@ -108,6 +116,7 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
   // adds dW and db. Shapes are the caller's to check.
   void backward_rows(const Eigen::Ref<const Matrix<Scalar>>& X, const Eigen::Ref<const Matrix<Scalar>>& dY,
                      Scalar* dX) {
+    static_assert(!detail::is_reduced<Scalar>, "attend: Linear<bfloat16> runs in evaluation only; train in float");
     const Index rows = X.rows();
     if (dX != nullptr)  // dX = dY W: (rows, out) x (out, in)
       detail::times<Scalar>(false, dY.data(), dY.outerStride(), rows, out_features_, weight_.data(), in_features_,
@@ -145,9 +154,14 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
                     X.rows(), ", ", X.cols(), ")");
     detail::require(Y.rows() == X.rows() && Y.cols() == out_features_, where, ": Y must have shape (", X.rows(), ", ",
                     out_features_, ") (X's rows, out_features), got (", Y.rows(), ", ", Y.cols(), ")");
-    // Chunks of rows shared among the threads (detail/project_rows.hpp): the same bits for any number of them.
-    detail::project_rows<Scalar>(X, {{weight_.data(), out_features_, has_bias_ ? bias_.data() : nullptr, Y.data(),
-                                      Y.outerStride()}});
+    // Chunks of rows shared among the threads (detail/project_rows.hpp, detail/bf16_products.hpp): the same bits for
+    // any number of them.
+    if constexpr (detail::is_reduced<Scalar>)
+      detail::project_rows_bf16(X.data(), X.outerStride(), X.rows(), in_features_, weight_.data(), out_features_,
+                                has_bias_ ? bias_.data() : nullptr, Y.data(), Y.outerStride());
+    else
+      detail::project_rows<Scalar>(X, {{weight_.data(), out_features_, has_bias_ ? bias_.data() : nullptr, Y.data(),
+                                        Y.outerStride()}});
   }
 
   // zero_grad(), parameters(), state_dict(), load_state_dict(), visit_parameters(), visit_with_gradients() and
@@ -169,6 +183,7 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
  private:
   friend class detail::WithParameters<Linear<Scalar>, Scalar>;
   static constexpr const char* module_name = "Linear";
+  using Draw = std::conditional_t<detail::is_reduced<Scalar>, float, Scalar>;  // the type initial values are drawn in
 
   void check_input(const ConstTensorMap3<Scalar>& X, const char* where) const {
     require_parameters(where);

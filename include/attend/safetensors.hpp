@@ -22,7 +22,9 @@
 // state_dict.hpp, which this header includes.
 //
 // Reading converts F32, F64, F16 and BF16 to Scalar (F16 and BF16 exactly: every value, subnormals,
-// infinities and NaN, is a float); other dtypes of the format (I64, U8, BOOL, F8_E4M3, ...) are
+// infinities and NaN, is a float); load_safetensors<bfloat16> keeps BF16 as stored and rounds the others
+// once, to nearest, ties to even (F64 too: through float rounded to odd, which then rounds to bfloat16 as
+// the double would); other dtypes of the format (I64, U8, BOOL, F8_E4M3, ...) are
 // refused. Writing stores float as F32 and double as F64, in the reference implementation's layout:
 // "__metadata__" first, tensors sorted by name, the header padded with spaces to a multiple of 8
 // bytes so that the data starts 8-byte aligned.
@@ -162,6 +164,29 @@ inline float bfloat16_to_float(std::uint16_t bits) {
   float value;
   std::memcpy(&value, &wide, sizeof value);
   return value;
+}
+
+// d rounded to float toward zero, then its last bit set when that lost anything (rounding to odd): a float that
+// rounds to bfloat16, which keeps 16 bits fewer, as d itself would.
+inline float to_float_odd(double d) {
+  float f = static_cast<float>(d);
+  if (!std::isfinite(f) || static_cast<double>(f) == d) return f;
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if (std::abs(static_cast<double>(f)) > std::abs(d)) --bits;  // one step toward zero: |f| rounded up
+  bits |= 1u;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// A value read as float or double converted to Scalar: to nearest for float and double, through to_float_odd for
+// bfloat16 from double.
+template <class Scalar>
+Scalar from_double(double d) {
+  if constexpr (std::is_same_v<Scalar, bfloat16>)
+    return bfloat16(to_float_odd(d));
+  else
+    return static_cast<Scalar>(d);
 }
 
 // The unsigned integer stored little-endian in bytes [p, p + size).
@@ -379,6 +404,11 @@ void require_scalar_type() {
   static_assert(std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>,
                 "attend's safetensors functions read and write float or double");
 }
+template <class Scalar>
+void require_loaded_type() {
+  static_assert(std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double> || std::is_same_v<Scalar, bfloat16>,
+                "attend's safetensors functions read float, double or bfloat16");
+}
 
 }  // namespace detail
 
@@ -393,7 +423,7 @@ inline SafetensorsHeader read_safetensors_header(const std::string& path) {
 // Every tensor of the file, converted to Scalar, and its "__metadata__" into `metadata`.
 template <class Scalar>
 StateDict<Scalar> load_safetensors(const std::string& path, Metadata& metadata) {
-  detail::require_scalar_type<Scalar>();
+  detail::require_loaded_type<Scalar>();
   detail::SafetensorsFile file("load_safetensors", path);
   const SafetensorsHeader header = file.header();
   const std::uint64_t data_start = 8 + header.header_length;
@@ -421,7 +451,7 @@ StateDict<Scalar> load_safetensors(const std::string& path, Metadata& metadata) 
       } else if (entry.dtype == "F64") {
         double d;
         std::memcpy(&d, &bits, sizeof d);
-        value = static_cast<Scalar>(d);  // rounds to nearest when Scalar is float
+        value = detail::from_double<Scalar>(d);  // rounds to nearest when Scalar is float or bfloat16
       } else if (entry.dtype == "F16") {
         value = static_cast<Scalar>(detail::half_to_float(static_cast<std::uint16_t>(bits)));
       } else {  // BF16

@@ -15,12 +15,23 @@
 #include <stdexcept>
 #include <string>
 #include <unsupported/Eigen/CXX11/Tensor>
+#include <type_traits>
 #include <utility>
 
 namespace attend {
 inline namespace ATTEND_ABI {
 
 using Index = Eigen::Index;
+
+// Brain floating point: float's sign and 8 exponent bits with 7 bits of mantissa, in 16 bits. Modules of bfloat16
+// store it and compute in float, rounding each result once (docs/USAGE.md, "Reduced precision").
+using bfloat16 = Eigen::bfloat16;
+
+namespace detail {
+// True for the scalar types stored in reduced precision and computed in float.
+template <class Scalar>
+constexpr bool is_reduced = std::is_same<Scalar, bfloat16>::value;
+}  // namespace detail
 
 template <class Scalar>
 using Tensor3 = Eigen::Tensor<Scalar, 3, Eigen::RowMajor>;

@@ -1,4 +1,4 @@
-// expect: attend's safetensors functions read and write float or double
+// expect: attend's safetensors functions read float, double or bfloat16
 // A state dict of another scalar type, read from a file.
 #include <attend/safetensors.hpp>
 

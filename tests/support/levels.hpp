@@ -8,7 +8,16 @@
 
 namespace attend_test {
 
-// Every level this CPU can run, best first (generic always among them).
-inline std::vector<attend::Isa> levels() { return attend::available_isas(); }
+// Every level this CPU can run whose float and double kernels are its own, best first (generic always among them):
+// avx512_bf16 runs avx512's and is left out.
+inline std::vector<attend::Isa> levels() {
+  std::vector<attend::Isa> own;
+  for (attend::Isa isa : attend::available_isas())
+    if (attend::detail::float_level(isa) == isa) own.push_back(isa);
+  return own;
+}
+
+// Every level this CPU can run, best first: each takes bfloat16 products its own way (detail/bf16_products.hpp).
+inline std::vector<attend::Isa> bf16_levels() { return attend::available_isas(); }
 
 }  // namespace attend_test

@@ -139,9 +139,11 @@ struct Kernels {
         &level::masked_softmax_block<Scalar>, &level::tiny_scores<Scalar>, few_rows                          \
   }
 
-// The table of `isa` (which the CPU must be able to run).
+// The table of `isa` (which the CPU must be able to run): float_level(isa)'s, since the levels above avx512 add
+// bfloat16 products only (detail/bf16_products.hpp).
 template <class Scalar>
 const Kernels<Scalar>& kernels_for(Isa isa) {
+  isa = float_level(isa);
   static const Kernels<Scalar> generic_kernels = ATTEND_KERNELS_OF(generic, nullptr);
 #ifdef ATTEND_X86_DISPATCH
   static const Kernels<Scalar> avx2_kernels = ATTEND_KERNELS_OF(avx2, nullptr);

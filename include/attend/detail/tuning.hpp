@@ -64,6 +64,14 @@ constexpr Eigen::Index product_panel_depth = 256;
 template <class Scalar>
 constexpr Eigen::Index product_panel_width = 128 * 4 / sizeof(Scalar);  // 512 bytes a row
 
+// bfloat16 products (detail/bf16_products.hpp) of at most bf16_in_place_rows rows read W in place, widening it in
+// registers, on every level but generic: up to here that beats widening W into a float copy for the float kernels
+// (measured at 1024 and 4096 wide, docs/PERFORMANCE.md, "bfloat16"). Products of more rows on AVX512-BF16's packed
+// pairs take W in panels of 16 columns, bf16_panel_group of them (128 columns) to a piece of work: 512 bytes of each
+// packed row, as product_panel_width.
+constexpr Eigen::Index bf16_in_place_rows = 32;
+constexpr Eigen::Index bf16_panel_group = 8;
+
 // Packing a panel of B whose rows lie closer than its columns, neither of them adjacent (b_strided's general
 // layout, such as one tap of Conv1d's (out, in, k) weight: strides k and k * in), writes this many steps of a
 // micro-panel at a time, at most 64 rows of 256 bytes, so that they stay in L1 while every column is written rather

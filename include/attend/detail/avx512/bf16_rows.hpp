@@ -1,0 +1,79 @@
+// attend/detail/avx512/bf16_rows.hpp — Y = X W^T + b for a few rows of bfloat16 on the avx512 level, which has no
+// bfloat16 arithmetic: W and X are read as they are stored, 16 elements a step, each widened to float in its register
+// (bfloat16 is float's upper half: a zero extension and a shift, exact) and multiplied and added in float. W is read
+// once, at half float's bytes. Each output's 16 lanes are summed in a fixed order and rounded to bfloat16 once.
+#pragma once
+
+#include <attend/config.hpp>
+
+#include <attend/detail/target.hpp>
+#include <attend/tensor.hpp>
+
+#ifdef ATTEND_X86_DISPATCH
+ATTEND_TARGET_AVX512_BEGIN
+namespace attend {
+inline namespace ATTEND_ABI {
+namespace detail {
+namespace avx512 {
+
+// 16 bfloat16 values from x as floats; lanes past `lanes` zero.
+inline __m512 widen16(const bfloat16* x, __mmask16 lanes) {
+  const __m256i bits = _mm256_maskz_loadu_epi16(lanes, x);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
+// Y (R, C) = X (R, depth) W (C, depth)^T + bias (C, or null), X, W and Y rows ldx, ldw and ldy apart.
+template <int R, int C>
+void widened_dot_block(const bfloat16* X, Index ldx, const bfloat16* W, Index ldw, Index depth, const float* bias,
+                       bfloat16* Y, Index ldy) {
+  __m512 acc[R][C];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (Index k = 0; k < depth; k += 16) {
+    const Index left = depth - k;
+    const __mmask16 lanes = left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+    __m512 w[C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) w[c] = widen16(W + c * ldw + k, lanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 x = widen16(X + r * ldx + k, lanes);
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(x, w[c], acc[r][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c)
+      Y[r * ldy + c] = bfloat16(_mm512_reduce_add_ps(acc[r][c]) + (bias != nullptr ? bias[c] : 0.0f));
+}
+
+// Y (rows, columns) = X (rows, depth) W (columns, depth)^T + bias (columns, or null): blocks of 4 rows by 4 columns.
+inline void widened_rows_times(const bfloat16* X, Index ldx, Index rows, Index depth, const bfloat16* W, Index ldw,
+                               const float* bias, bfloat16* Y, Index ldy, Index columns) {
+  using Block = void (*)(const bfloat16*, Index, const bfloat16*, Index, Index, const float*, bfloat16*, Index);
+  static constexpr Block four_columns[4] = {&widened_dot_block<1, 4>, &widened_dot_block<2, 4>,
+                                            &widened_dot_block<3, 4>, &widened_dot_block<4, 4>};
+  static constexpr Block one_column[4] = {&widened_dot_block<1, 1>, &widened_dot_block<2, 1>,
+                                          &widened_dot_block<3, 1>, &widened_dot_block<4, 1>};
+  for (Index r0 = 0; r0 < rows; r0 += 4) {
+    const Index n = rows - r0 < 4 ? rows - r0 : 4;
+    const bfloat16* x = X + r0 * ldx;
+    bfloat16* y = Y + r0 * ldy;
+    Index c0 = 0;
+    for (; c0 + 4 <= columns; c0 += 4)
+      four_columns[n - 1](x, ldx, W + c0 * ldw, ldw, depth, bias != nullptr ? bias + c0 : nullptr, y + c0, ldy);
+    for (; c0 < columns; ++c0)
+      one_column[n - 1](x, ldx, W + c0 * ldw, ldw, depth, bias != nullptr ? bias + c0 : nullptr, y + c0, ldy);
+  }
+}
+
+}  // namespace avx512
+}  // namespace detail
+}  // namespace ATTEND_ABI
+}  // namespace attend
+ATTEND_TARGET_END
+#endif
