@@ -26,7 +26,7 @@ set(layer_table
   0 "^detail/(tuning|philox|heads|views|packet_buffer|projection)\\.hpp$"
 
   1 "^detail/(generic|avx2|avx512|avx512_bf16|kernels)/[^/]+\\.hpp$"
-  1 "^detail/(target|kernels|operands|mask_row|softmax|attention_dropout)\\.hpp$"
+  1 "^detail/(target|kernels|operands|mask_row|softmax|attention_dropout|bf16_blocks)\\.hpp$"
   1 "^separate_kernels\\.hpp$"
 
   2 "^detail/core/[^/]+\\.hpp$"

@@ -4,6 +4,7 @@
 
 #include <attend/config.hpp>
 
+#include <attend/detail/bf16_blocks.hpp>
 #include <attend/detail/target.hpp>
 #include <attend/tensor.hpp>
 #include <cstring>
@@ -92,24 +93,14 @@ void widened_dot_block(const bfloat16* X, Index ldx, const bfloat16* W, Index ld
     for (int c = 0; c < C; ++c) Y[r * ldy + c] = bfloat16(sum8(acc[r][c]) + (bias != nullptr ? bias[c] : 0.0f));
 }
 
-// Y (rows, columns) = X (rows, depth) W (columns, depth)^T + bias (columns, or null): blocks of 4 rows by 4 columns.
+// Y (rows, columns) = X (rows, depth) W (columns, depth)^T + bias (columns, or null): blocks of 4 rows by 4 columns
+// (detail/bf16_blocks.hpp).
 inline void widened_rows_times(const bfloat16* X, Index ldx, Index rows, Index depth, const bfloat16* W, Index ldw,
                                const float* bias, bfloat16* Y, Index ldy, Index columns) {
-  using Block = void (*)(const bfloat16*, Index, const bfloat16*, Index, Index, const float*, bfloat16*, Index);
-  static constexpr Block four_columns[4] = {&widened_dot_block<1, 4>, &widened_dot_block<2, 4>,
-                                            &widened_dot_block<3, 4>, &widened_dot_block<4, 4>};
-  static constexpr Block one_column[4] = {&widened_dot_block<1, 1>, &widened_dot_block<2, 1>,
-                                          &widened_dot_block<3, 1>, &widened_dot_block<4, 1>};
-  for (Index r0 = 0; r0 < rows; r0 += 4) {
-    const Index n = rows - r0 < 4 ? rows - r0 : 4;
-    const bfloat16* x = X + r0 * ldx;
-    bfloat16* y = Y + r0 * ldy;
-    Index c0 = 0;
-    for (; c0 + 4 <= columns; c0 += 4)
-      four_columns[n - 1](x, ldx, W + c0 * ldw, ldw, depth, bias != nullptr ? bias + c0 : nullptr, y + c0, ldy);
-    for (; c0 < columns; ++c0)
-      one_column[n - 1](x, ldx, W + c0 * ldw, ldw, depth, bias != nullptr ? bias + c0 : nullptr, y + c0, ldy);
-  }
+  static constexpr Bf16Blocks blocks = {
+      {&widened_dot_block<1, 4>, &widened_dot_block<2, 4>, &widened_dot_block<3, 4>, &widened_dot_block<4, 4>},
+      {&widened_dot_block<1, 1>, &widened_dot_block<2, 1>, &widened_dot_block<3, 1>, &widened_dot_block<4, 1>}};
+  in_bf16_blocks(blocks, X, ldx, rows, depth, W, ldw, bias, Y, ldy, columns);
 }
 
 }  // namespace avx2

@@ -13,6 +13,7 @@
 
 #include <attend/config.hpp>
 
+#include <attend/detail/bf16_blocks.hpp>
 #include <attend/detail/target.hpp>
 #include <attend/tensor.hpp>
 #include <algorithm>
@@ -143,10 +144,11 @@ inline void times_packed(const bfloat16* X, Index ldx, Index rows, Index depth, 
   }
 }
 
-// y[r][c] = the sum over depth of X[r] W[c], for R rows of X and C rows of W, both read in place (rows ldx and ldw
-// apart), 32 elements a step, the last step masked.
+// Y (R, C) = X (R, depth) W (C, depth)^T + bias (C, or null), both read in place (rows ldx and ldw apart), 32
+// elements a step, the last step masked; Y rows ldy apart.
 template <int R, int C>
-void dot_block(const bfloat16* X, Index ldx, const bfloat16* W, Index ldw, Index depth, float (&y)[R][C]) {
+void dot_block(const bfloat16* X, Index ldx, const bfloat16* W, Index ldw, Index depth, const float* bias, bfloat16* Y,
+               Index ldy) {
   __m512 acc[R][C];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -165,46 +167,18 @@ void dot_block(const bfloat16* X, Index ldx, const bfloat16* W, Index ldw, Index
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], x, w[c]);
     }
   }
-#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) y[r][c] = _mm512_reduce_add_ps(acc[r][c]);
+    for (int c = 0; c < C; ++c)
+      Y[r * ldy + c] = bfloat16(_mm512_reduce_add_ps(acc[r][c]) + (bias != nullptr ? bias[c] : 0.0f));
 }
 
-// Y (R, columns) = X (R, depth) W^T + bias with W (columns, depth) read in place; bias (columns) in float, or null.
-template <int R>
-void rows_dot_columns(const bfloat16* X, Index ldx, Index depth, const bfloat16* W, Index ldw, const float* bias,
-                      bfloat16* Y, Index ldy, Index columns) {
-  constexpr int C = 4;
-  Index c0 = 0;
-  for (; c0 + C <= columns; c0 += C) {
-    float y[R][C];
-    dot_block<R, C>(X, ldx, W + c0 * ldw, ldw, depth, y);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) Y[r * ldy + c0 + c] = bfloat16(y[r][c] + (bias != nullptr ? bias[c0 + c] : 0.0f));
-  }
-  for (; c0 < columns; ++c0) {
-    float y[R][1];
-    dot_block<R, 1>(X, ldx, W + c0 * ldw, ldw, depth, y);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) Y[r * ldy + c0] = bfloat16(y[r][0] + (bias != nullptr ? bias[c0] : 0.0f));
-  }
-}
-
-// The same for any number of rows, 4 at a time.
+// Y (rows, columns) = X (rows, depth) W (columns, depth)^T + bias (columns, or null), W read in place: blocks of 4
+// rows by 4 columns (detail/bf16_blocks.hpp).
 inline void few_rows_times(const bfloat16* X, Index ldx, Index rows, Index depth, const bfloat16* W, Index ldw,
                            const float* bias, bfloat16* Y, Index ldy, Index columns) {
-  Index r0 = 0;
-  for (; r0 + 4 <= rows; r0 += 4)
-    rows_dot_columns<4>(X + r0 * ldx, ldx, depth, W, ldw, bias, Y + r0 * ldy, ldy, columns);
-  switch (rows - r0) {
-    case 3: rows_dot_columns<3>(X + r0 * ldx, ldx, depth, W, ldw, bias, Y + r0 * ldy, ldy, columns); break;
-    case 2: rows_dot_columns<2>(X + r0 * ldx, ldx, depth, W, ldw, bias, Y + r0 * ldy, ldy, columns); break;
-    case 1: rows_dot_columns<1>(X + r0 * ldx, ldx, depth, W, ldw, bias, Y + r0 * ldy, ldy, columns); break;
-    default: break;
-  }
+  static constexpr Bf16Blocks blocks = {{&dot_block<1, 4>, &dot_block<2, 4>, &dot_block<3, 4>, &dot_block<4, 4>},
+                                        {&dot_block<1, 1>, &dot_block<2, 1>, &dot_block<3, 1>, &dot_block<4, 1>}};
+  in_bf16_blocks(blocks, X, ldx, rows, depth, W, ldw, bias, Y, ldy, columns);
 }
 
 }  // namespace avx512_bf16
