@@ -1,13 +1,19 @@
 // bfloat16 (attend/tensor.hpp, detail/bf16_products.hpp): Linear<bfloat16> on every instruction-set level this CPU
 // has, each forced in turn (the levels it lacks are named as skipped), against the definition in double on the same
 // bfloat16 inputs, within the bound that rounding each output once and summing in float allow; its weights those of a
-// Linear<float> from the same generator, rounded; the same bits for 1 and 2 threads; the conversions to and from
-// float bit for bit against Eigen's; the kernel of packed pairs, which only AMD's CPUs dispatch, checked directly
-// wherever the CPU has AVX512-BF16.
+// Linear<float> from the same generator, rounded; no gradient buffers; Embedding<bfloat16>'s lookup; RMSNorm's and
+// LayerNorm's rows in float; the FFNs within the bound of their roundings; the same bits for 1 and 2 threads; a float
+// model's weights loaded from safetensors; the conversions to and from float bit for bit against Eigen's; the kernel
+// of packed pairs, which only AMD's CPUs dispatch, checked directly wherever the CPU has AVX512-BF16.
 #include <attend/detail/bf16_products.hpp>
+#include <attend/embedding.hpp>
+#include <attend/gated_ffn.hpp>
+#include <attend/layer_norm.hpp>
 #include <attend/isa.hpp>
 #include <attend/linear.hpp>
+#include <attend/position_wise_ffn.hpp>
 #include <attend/random.hpp>
+#include <attend/rms_norm.hpp>
 #include <attend/safetensors.hpp>
 #include <attend/threads.hpp>
 #include <catch2/catch.hpp>
@@ -146,7 +152,196 @@ TEST_CASE("Linear<bfloat16>'s weights are Linear<float>'s from the same generato
   REQUIRE(narrow.bias().size() == wide.bias().size());
   for (Index i = 0; i < wide.weight().size(); ++i)
     REQUIRE(bits_of(narrow.weight().data()[i]) == bits_of(bfloat16(wide.weight().data()[i])));
-  for (Index i = 0; i < wide.bias().size(); ++i) REQUIRE(bits_of(narrow.bias()[i]) == bits_of(bfloat16(wide.bias()[i])));
+  for (Index i = 0; i < wide.bias().size(); ++i)
+    REQUIRE(bits_of(narrow.bias()[i]) == bits_of(bfloat16(wide.bias()[i])));
+}
+
+TEST_CASE("Linear<bfloat16> keeps no gradients: its weights are all the memory it takes", "[bfloat16]") {
+  Generator generator(8);
+  Linear<bfloat16> layer(6, 5, true, generator);
+  CHECK(layer.weight_grad().size() == 0);
+  CHECK(layer.bias_grad().size() == 0);
+  layer.zero_grad();
+  const std::vector<attend::Parameter<bfloat16>> parameters = layer.parameters();
+  REQUIRE(parameters.size() == 2);
+  CHECK(parameters[0].name == "weight");
+  CHECK(parameters[0].value == layer.weight().data());
+  CHECK(parameters[0].size == 30);
+  CHECK(parameters[0].grad == nullptr);
+  CHECK(parameters[1].name == "bias");
+  CHECK(parameters[1].grad == nullptr);
+  CHECK(parameters[0].still_valid());
+  CHECK(layer.state_dict().size() == 2);
+}
+
+TEST_CASE("Embedding<bfloat16>: an Embedding<float>'s table rounded, rows copied as stored, no gradients",
+          "[bfloat16]") {
+  Generator a(12), b(12);
+  const attend::Embedding<float> wide(11, 6, a);
+  attend::Embedding<bfloat16> narrow(11, 6, b);
+  for (Index i = 0; i < wide.weight().size(); ++i)
+    REQUIRE(bits_of(narrow.weight().data()[i]) == bits_of(bfloat16(wide.weight().data()[i])));
+  CHECK(narrow.weight_grad().size() == 0);
+  attend::Matrix<Index> tokens(2, 3);  // (batch, steps)
+  tokens << 3, 0, 10, 3, 7, 1;
+  const Tensor3<bfloat16> Y = narrow(tokens);  // (2, 3, 6)
+  for (Index b0 = 0; b0 < 2; ++b0)
+    for (Index t = 0; t < 3; ++t)
+      for (Index j = 0; j < 6; ++j) REQUIRE(bits_of(Y(b0, t, j)) == bits_of(narrow.weight()(tokens(b0, t), j)));
+  tokens(1, 2) = 11;
+  REQUIRE_THROWS_WITH(narrow.forward(tokens), Catch::Contains("tokens(1, 2) must be in [0, 11)"));
+}
+
+// The largest ratio over Y of |Y - definition| to the bound for a norm's output computed in float from the stored
+// bfloat16 values and rounded once: the float stage within (n + 8) 2^-24 of the row's scale, (mean |x| + max |x|)
+// rstd |w_j| + |b_j| (its sums of n terms, a square root, a division and the products), the rounding within 2^-8 of
+// the result. The definition: PyTorch's (biased variance), in double on the same values.
+// weight (n), bias (n, or empty for RMS: no mean either).
+double worst_norm_ratio(const Tensor3<bfloat16>& X, const attend::Vector<bfloat16>& weight,
+                        const attend::Vector<bfloat16>& bias, bfloat16 eps_stored, const Tensor3<bfloat16>& Y) {
+  const Index n = X.dimension(2);
+  const bool layer = bias.size() > 0;
+  const double eps = static_cast<double>(eps_stored);
+  double worst = 0;
+  for (Index b = 0; b < X.dimension(0); ++b)
+    for (Index t = 0; t < X.dimension(1); ++t) {
+      double sum = 0, magnitude = 0, largest = 0;
+      for (Index j = 0; j < n; ++j) {
+        const double x = static_cast<double>(X(b, t, j));
+        sum += x;
+        magnitude += std::abs(x);
+        largest = std::max(largest, std::abs(x));
+      }
+      const double mean = layer ? sum / n : 0.0;
+      double squares = 0;
+      for (Index j = 0; j < n; ++j) squares += std::pow(static_cast<double>(X(b, t, j)) - mean, 2);
+      const double rstd = 1.0 / std::sqrt(squares / n + eps);
+      for (Index j = 0; j < n; ++j) {
+        const double w = static_cast<double>(weight[j]), shift = layer ? static_cast<double>(bias[j]) : 0.0;
+        const double expected = (static_cast<double>(X(b, t, j)) - mean) * rstd * w + shift;
+        const double scale = (magnitude / n + largest) * rstd * std::abs(w) + std::abs(shift);
+        const double computing = static_cast<double>(n + 8) * std::ldexp(1.0, -24) * scale;
+        const double bound = computing + std::ldexp(1.0, -8) * (std::abs(expected) + computing);
+        worst = std::max(worst, std::abs(static_cast<double>(Y(b, t, j)) - expected) / bound);
+      }
+    }
+  return worst;
+}
+
+TEST_CASE("RMSNorm<bfloat16> and LayerNorm<bfloat16>: each row in float, each output rounded once", "[bfloat16]") {
+  const Index n = GENERATE(1, 7, 64, 1000);
+  CAPTURE(n);
+  Tensor3<bfloat16> X = random_bf16(2, 3, n, 51);  // (2, 3, n)
+  for (Index i = 0; i < X.size(); ++i) X.data()[i] = bfloat16(static_cast<float>(X.data()[i]) * 4.0f + 0.5f);
+  Generator generator(52);
+  attend::RMSNorm<bfloat16> rms(n);
+  attend::LayerNorm<bfloat16> layer(n);
+  for (Index j = 0; j < n; ++j) {
+    rms.weight()[j] = bfloat16(generator.uniform(0.5f, 1.5f));
+    layer.weight()[j] = bfloat16(generator.uniform(0.5f, 1.5f));
+    layer.bias()[j] = bfloat16(generator.uniform(-0.5f, 0.5f));
+  }
+  CHECK(rms.weight_grad().size() == 0);
+  CHECK(layer.bias_grad().size() == 0);
+  const attend::Vector<bfloat16> none;
+  CHECK(worst_norm_ratio(X, rms.weight(), none, rms.eps(), rms(X)) <= 1.0);
+  CHECK(worst_norm_ratio(X, layer.weight(), layer.bias(), layer.eps(), layer.forward(X)) <= 1.0);
+  Tensor3<bfloat16> Y(2, 3, n);
+  layer.forward(X, Y);
+  CHECK(worst_norm_ratio(X, layer.weight(), layer.bias(), layer.eps(), Y) <= 1.0);
+}
+
+// A Linear of bfloat16 on the row x, by the definition in double, with the bound of its error when x itself is only
+// known within dx (each |x_k - true x_k| <= dx[k]): the error carried through W, the float sum's, and the rounding to
+// bfloat16 (see worst_error_ratio). value[o] and bound[o] for each output o.
+void linear_with_bound(const Linear<bfloat16>& layer, const std::vector<double>& x, const std::vector<double>& dx,
+                       std::vector<double>& value, std::vector<double>& bound) {
+  const auto& W = layer.weight();  // (out, in)
+  const Index in = W.cols();
+  value.assign(static_cast<std::size_t>(W.rows()), 0.0);
+  bound.assign(static_cast<std::size_t>(W.rows()), 0.0);
+  for (Index o = 0; o < W.rows(); ++o) {
+    const double bias = layer.has_bias() ? static_cast<double>(layer.bias()[o]) : 0.0;
+    double sum = bias, magnitude = std::abs(bias), carried = 0;
+    for (Index k = 0; k < in; ++k) {
+      const double w = static_cast<double>(W(o, k));
+      sum += x[static_cast<std::size_t>(k)] * w;
+      magnitude += std::abs(x[static_cast<std::size_t>(k)] * w);
+      carried += dx[static_cast<std::size_t>(k)] * std::abs(w);
+    }
+    const double before = carried + static_cast<double>(in + 1) * std::ldexp(1.0, -24) * (magnitude + carried);
+    value[static_cast<std::size_t>(o)] = sum;
+    bound[static_cast<std::size_t>(o)] = before + std::ldexp(1.0, -8) * (std::abs(sum) + before);
+  }
+}
+
+// f(v) in double, and the bound of f's value from v known within dv: |f'| <= 1.13 for ReLU, GELU (both forms) and
+// SiLU, float's evaluation of f within 16 units of 2^-24 of |f(v)| + |v|.
+double activation_bound(double v, double dv, double fv) {
+  return 1.13 * dv + 16 * std::ldexp(1.0, -24) * (std::abs(fv) + std::abs(v) + dv);
+}
+
+std::vector<double> row_of(const Tensor3<bfloat16>& X, Index b, Index t) {
+  std::vector<double> x(static_cast<std::size_t>(X.dimension(2)));
+  for (Index k = 0; k < X.dimension(2); ++k) x[static_cast<std::size_t>(k)] = static_cast<double>(X(b, t, k));
+  return x;
+}
+
+TEST_CASE("PositionWiseFFN<bfloat16> and GatedFFN<bfloat16>: within the bound of their roundings", "[bfloat16]") {
+  const Index steps = GENERATE(3, 40);  // in place, widened
+  CAPTURE(steps);
+  const Tensor3<bfloat16> X = random_bf16(2, steps, 24, 61);  // (2, steps, 24)
+  const double to_even = std::ldexp(1.0, -8);
+  SECTION("PositionWiseFFN: dense2(f(dense1(X)))") {
+    const attend::Activation activation = GENERATE(attend::Activation::relu, attend::Activation::gelu);
+    Generator generator(62);
+    const attend::PositionWiseFFN<bfloat16> ffn(24, 40, 16, activation, generator);
+    const Tensor3<bfloat16> Y = ffn.forward(X);  // (2, steps, 16)
+    double worst = 0;
+    for (Index b = 0; b < 2; ++b)
+      for (Index t = 0; t < steps; ++t) {
+        std::vector<double> h, dh, y, dy;
+        linear_with_bound(ffn.dense1(), row_of(X, b, t), std::vector<double>(24, 0.0), h, dh);
+        std::vector<double> a(h.size()), da(h.size());
+        for (std::size_t k = 0; k < h.size(); ++k) {
+          a[k] = static_cast<double>(attend::detail::activate(activation, h[k]));
+          const double before = activation_bound(h[k], dh[k], a[k]);
+          da[k] = before + to_even * (std::abs(a[k]) + before);
+        }
+        linear_with_bound(ffn.dense2(), a, da, y, dy);
+        for (Index o = 0; o < 16; ++o)
+          worst = std::max(worst, std::abs(static_cast<double>(Y(b, t, o)) - y[static_cast<std::size_t>(o)]) /
+                                      dy[static_cast<std::size_t>(o)]);
+      }
+    CHECK(worst <= 1.0);
+  }
+  SECTION("GatedFFN: down_proj(silu(gate_proj(X)) * up_proj(X))") {
+    Generator generator(63);
+    attend::GatedFFN<bfloat16> ffn(24, 40, attend::Activation::silu, true, generator);
+    const Tensor3<bfloat16> Y = ffn(X);  // (2, steps, 24)
+    double worst = 0;
+    for (Index b = 0; b < 2; ++b)
+      for (Index t = 0; t < steps; ++t) {
+        const std::vector<double> x = row_of(X, b, t), exact(24, 0.0);
+        std::vector<double> g, dg, u, du, y, dy;
+        linear_with_bound(ffn.gate_proj(), x, exact, g, dg);
+        linear_with_bound(ffn.up_proj(), x, exact, u, du);
+        std::vector<double> a(g.size()), da(g.size());
+        for (std::size_t k = 0; k < g.size(); ++k) {
+          const double f = g[k] / (1 + std::exp(-g[k]));
+          a[k] = f * u[k];
+          const double df = activation_bound(g[k], dg[k], f);
+          const double before = (std::abs(f) + df) * du[k] + df * std::abs(u[k]) +
+                                std::ldexp(1.0, -24) * (std::abs(a[k]) + df * (std::abs(u[k]) + du[k]));
+          da[k] = before + to_even * (std::abs(a[k]) + before);
+        }
+        linear_with_bound(ffn.down_proj(), a, da, y, dy);
+        for (Index o = 0; o < 24; ++o)
+          worst = std::max(worst, std::abs(static_cast<double>(Y(b, t, o)) - y[static_cast<std::size_t>(o)]) /
+                                      dy[static_cast<std::size_t>(o)]);
+      }
+    CHECK(worst <= 1.0);
+  }
 }
 
 TEST_CASE("Linear<bfloat16> loads a float model's weights from safetensors, each rounded once", "[bfloat16]") {
@@ -158,7 +353,8 @@ TEST_CASE("Linear<bfloat16> loads a float model's weights from safetensors, each
   narrow.load_state_dict(attend::load_safetensors<bfloat16>(path));
   for (Index i = 0; i < wide.weight().size(); ++i)
     REQUIRE(bits_of(narrow.weight().data()[i]) == bits_of(bfloat16(wide.weight().data()[i])));
-  for (Index i = 0; i < wide.bias().size(); ++i) REQUIRE(bits_of(narrow.bias()[i]) == bits_of(bfloat16(wide.bias()[i])));
+  for (Index i = 0; i < wide.bias().size(); ++i)
+    REQUIRE(bits_of(narrow.bias()[i]) == bits_of(bfloat16(wide.bias()[i])));
 }
 
 TEST_CASE("Linear<bfloat16> gives the same bits on 1 and 2 threads, on every level", "[bfloat16]") {

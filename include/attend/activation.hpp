@@ -134,11 +134,12 @@ void for_activation_pieces(Activation activation, Index n, Body&& body) {
   });
 }
 
-// y[i] = f(x[i]) for n elements; y may be x.
+// y[i] = f(x[i]) for n elements; y may be x. A reduced Scalar (bfloat16) is computed in float, rounded once.
 template <class Scalar>
 void activate(Activation activation, const Scalar* x, Scalar* y, Index n) {
+  using Acc = compute_type<Scalar>;
   for_activation_pieces(activation, n, [&](auto a, Index begin, Index end) {
-    for (Index i = begin; i < end; ++i) y[i] = activate(a.value, x[i]);
+    for (Index i = begin; i < end; ++i) y[i] = Scalar(activate(a.value, static_cast<Acc>(x[i])));
   });
 }
 

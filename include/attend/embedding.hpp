@@ -5,6 +5,10 @@
 // Initialised N(0, 1) as PyTorch does (from attend's Generator: the same distribution, not the same numbers).
 // operator() keeps the tokens for backward(dY), which adds dY[b, t, :] into weight_grad()'s row tokens(b, t) (rows
 // of repeated tokens add up); tokens have no gradient. forward() const keeps nothing. state_dict(): "weight".
+//
+// Embedding<bfloat16> stores its table in bfloat16 and runs in evaluation only: a lookup copies rows as stored,
+// operator() keeps nothing, backward() does not compile, and weight_grad() is empty. Drawn from a generator, its table
+// is an Embedding<float>'s from the same generator, rounded.
 #pragma once
 
 #include <attend/config.hpp>
@@ -15,6 +19,7 @@
 #include <attend/random.hpp>
 #include <attend/tensor.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace attend {
@@ -27,8 +32,9 @@ class Embedding : public Module, public detail::WithParameters<Embedding<Scalar>
       : num_embeddings_(checked(num_embeddings, "num_embeddings")),
         embedding_dim_(checked(embedding_dim, "embedding_dim")),
         weight_(num_embeddings, embedding_dim),
-        weight_grad_(Matrix<Scalar>::Zero(num_embeddings, embedding_dim)) {
-    for (Index i = 0; i < weight_.size(); ++i) weight_.data()[i] = generator.normal<Scalar>();
+        weight_grad_(Matrix<Scalar>::Zero(detail::gradient_size<Scalar>(num_embeddings),
+                                          detail::gradient_size<Scalar>(embedding_dim))) {
+    for (Index i = 0; i < weight_.size(); ++i) weight_.data()[i] = Scalar(generator.normal<Draw>());
   }
 
   Matrix<Scalar>& weight() { return weight_; }  // (num_embeddings, embedding_dim)
@@ -40,6 +46,7 @@ class Embedding : public Module, public detail::WithParameters<Embedding<Scalar>
 
   // tokens (batch, steps), each in [0, num_embeddings) -> (batch, steps, embedding_dim); keeps the tokens.
   Tensor3<Scalar> operator()(const Matrix<Index>& tokens) {
+    if constexpr (detail::is_reduced<Scalar>) return forward(tokens);  // evaluation only: nothing to keep
     Tensor3<Scalar> Y = forward(tokens);  // throws before anything is kept
     recorded_tokens_ = tokens;
     recorded_ = true;
@@ -69,6 +76,7 @@ class Embedding : public Module, public detail::WithParameters<Embedding<Scalar>
   // Throws std::logic_error when no call was recorded, std::invalid_argument for another shape.
   template <class GradOutput>
   void backward(const GradOutput& grad_output) {
+    static_assert(!detail::is_reduced<Scalar>, "attend: Embedding<bfloat16> runs in evaluation only; train in float");
     constexpr const char* where = "Embedding::backward";
     const ConstTensorMap3<Scalar> dY = detail::input3<Scalar>(grad_output);
     detail::require_recorded(recorded_, where, "Embedding");
@@ -93,6 +101,7 @@ class Embedding : public Module, public detail::WithParameters<Embedding<Scalar>
  private:
   friend class detail::WithParameters<Embedding<Scalar>, Scalar>;
   static constexpr const char* module_name = "Embedding";
+  using Draw = std::conditional_t<detail::is_reduced<Scalar>, float, Scalar>;  // the type initial values are drawn in
 
   template <class Self, class Visit>
   static void visit_with_gradients_of(Self& self, Visit& visit) {

@@ -6,6 +6,8 @@
 // f is SiLU in Llama (SwiGLU), tanh GELU in Gemma (GeGLU). Parameters drawn gate_proj, up_proj, down_proj;
 // state_dict(): gate_proj.weight, up_proj.weight, down_proj.weight (and .bias of each when bias is on):
 // transformers' names. operator() keeps X, gate_proj(X) and up_proj(X) for backward(); forward() const keeps nothing.
+// Of bfloat16, evaluation only: its Linear layers' products in float and the activation in float, each result
+// rounded to bfloat16 once; operator() keeps nothing and backward() does not compile.
 #pragma once
 
 #include <attend/config.hpp>
@@ -42,6 +44,7 @@ class GatedFFN : public Module, public detail::WithParameters<GatedFFN<Scalar>, 
   // X (batch, steps, num_hiddens) -> (batch, steps, num_hiddens); keeps X, gate_proj(X) and up_proj(X).
   template <class Input>
   Tensor3<Scalar> operator()(const Input& input) {
+    if constexpr (detail::is_reduced<Scalar>) return forward(input);  // evaluation only: nothing to keep
     const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
     check_input(X, "GatedFFN");
     Tensor3<Scalar> G = gate_proj_.forward(X);  // (batch, steps, ffn_num_hiddens)
@@ -72,6 +75,7 @@ class GatedFFN : public Module, public detail::WithParameters<GatedFFN<Scalar>, 
   // another shape.
   template <class GradOutput>
   Tensor3<Scalar> backward(const GradOutput& grad_output) {
+    static_assert(!detail::is_reduced<Scalar>, "attend: GatedFFN<bfloat16> runs in evaluation only; train in float");
     constexpr const char* where = "GatedFFN::backward";
     const ConstTensorMap3<Scalar> dY = detail::input3<Scalar>(grad_output);
     detail::require_recorded(recorded_, where, "GatedFFN");
@@ -107,12 +111,14 @@ class GatedFFN : public Module, public detail::WithParameters<GatedFFN<Scalar>, 
   friend class detail::WithParameters<GatedFFN<Scalar>, Scalar>;
   static constexpr const char* module_name = "GatedFFN";
 
-  // A = f(G) * U, elementwise; A may be G.
+  // A = f(G) * U, elementwise; A may be G. Of bfloat16: in float, rounded once.
   void gate(const Tensor3<Scalar>& G, const Tensor3<Scalar>& U, Tensor3<Scalar>& A) const {
+    using Acc = detail::compute_type<Scalar>;
     const Scalar *g = G.data(), *u = U.data();
     Scalar* y = A.data();
     detail::for_activation_pieces(activation_, A.size(), [&](auto f, Index begin, Index end) {
-      for (Index i = begin; i < end; ++i) y[i] = detail::activate(f.value, g[i]) * u[i];
+      for (Index i = begin; i < end; ++i)
+        y[i] = Scalar(detail::activate(f.value, static_cast<Acc>(g[i])) * static_cast<Acc>(u[i]));
     });
   }
 

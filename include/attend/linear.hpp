@@ -10,8 +10,9 @@
 // all with X and dY seen as (batch * steps, features). forward() const keeps nothing.
 //
 // Linear<bfloat16> stores W and b in bfloat16 and runs in evaluation only (detail/bf16_products.hpp: products and
-// sums in float, each output rounded once); operator() keeps nothing, and backward() does not compile. Drawn from
-// a generator, its W and b are a Linear<float>'s from the same generator, rounded.
+// sums in float, each output rounded once); operator() keeps nothing, backward() does not compile, and
+// weight_grad() and bias_grad() are empty. Drawn from a generator, its W and b are a Linear<float>'s from the same
+// generator, rounded.
 #pragma once
 
 #include <attend/config.hpp>
@@ -45,8 +46,10 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
     for (Index i = 0; i < weight_.size(); ++i) weight_.data()[i] = Scalar(generator.uniform(-bound, bound));
     bias_ = Vector<Scalar>::Zero(bias ? out_features : 0);
     for (Index i = 0; i < bias_.size(); ++i) bias_[i] = Scalar(generator.uniform(-bound, bound));
-    weight_grad_ = Matrix<Scalar>::Zero(out_features, in_features);
-    bias_grad_ = Vector<Scalar>::Zero(bias_.size());
+    // bfloat16 keeps no gradients (parameter.hpp).
+    weight_grad_ = Matrix<Scalar>::Zero(detail::gradient_size<Scalar>(out_features),
+                                        detail::gradient_size<Scalar>(in_features));
+    bias_grad_ = Vector<Scalar>::Zero(detail::gradient_size<Scalar>(bias_.size()));
   }
 
   Matrix<Scalar>& weight() { return weight_; }  // (out_features, in_features)

@@ -8,6 +8,9 @@
 // without touching the module's memory, once the module is destroyed, copied over or moved over, or the parameter
 // or its gradient is resized or reassigned with another size (the accessors hand out references). A copy of a module
 // has storage of its own: the Parameters of the original stay the original's.
+//
+// A module of a reduced scalar type (bfloat16) runs in evaluation only and keeps no gradients: each gradient buffer is
+// empty, and its Parameters' grad is null (gradient_size below), so that the weights are the only memory they take.
 #pragma once
 
 #include <attend/config.hpp>
@@ -37,15 +40,26 @@ struct Parameter {
 
 namespace detail {
 
-// Throws std::invalid_argument unless `gradient` has the shape of `parameter`, `shape`. where: the caller.
+// The elements of the gradient buffer of a parameter of `size` elements: none for a reduced scalar type.
+template <class Scalar>
+constexpr Index gradient_size(Index size) {
+  return is_reduced<Scalar> ? 0 : size;
+}
+
+// Throws std::invalid_argument unless `parameter` has shape `shape` and `gradient` that shape too (empty for a reduced
+// scalar type). where: the caller.
 template <class Tensor>
 void require_gradient_shape(const std::string& name, const Tensor& parameter, const Tensor& gradient,
                             const std::vector<Index>& shape, const char* where) {
   const std::vector<Index> actual = shape_of(parameter), grad = shape_of(gradient);
   require(actual == shape, where, ": parameter ", quoted(name), " must have shape ", shape_text(shape), ", got ",
           shape_text(actual), " (was it resized?)");
-  require(grad == shape, where, ": the gradient of ", quoted(name), " must have shape ", shape_text(shape), ", got ",
-          shape_text(grad), " (was it resized?)");
+  if constexpr (is_reduced<typename Tensor::Scalar>)
+    require(gradient.size() == 0, where, ": the gradient of ", quoted(name), " must be empty (",
+            "a bfloat16 module keeps no gradients), got ", shape_text(grad));
+  else
+    require(grad == shape, where, ": the gradient of ", quoted(name), " must have shape ", shape_text(shape), ", got ",
+            shape_text(grad), " (was it resized?)");
 }
 
 // module.visit_parameters(visit) of a module that lists its parameters through visit_with_gradients: visit(name,
@@ -84,7 +98,7 @@ bool holds_parameter(const Module& module, std::size_t index, const Scalar* valu
       [&](const std::string&, const auto& parameter, const auto& gradient, const std::vector<Index>&) {
         if (at++ != index) return;
         holds = parameter.data() == value && gradient.data() == grad && static_cast<Index>(parameter.size()) == size &&
-                static_cast<Index>(gradient.size()) == size;
+                static_cast<Index>(gradient.size()) == gradient_size<Scalar>(size);
       });
   return holds;
 }

@@ -6,6 +6,8 @@
 // nn.TransformerEncoderLayer by default (activation.hpp lists the others). Parameters drawn dense1 then dense2;
 // state_dict(): dense1.weight, dense1.bias, dense2.weight, dense2.bias (d2l's names). operator() keeps X and
 // dense1's output for backward(); forward() const keeps nothing.
+// Of bfloat16, evaluation only: its Linear layers' products in float and the activation in float, each result
+// rounded to bfloat16 once; operator() keeps nothing and backward() does not compile.
 #pragma once
 
 #include <attend/config.hpp>
@@ -39,6 +41,7 @@ class PositionWiseFFN : public Module, public detail::WithParameters<PositionWis
   // X (batch, steps, ffn_num_input) -> (batch, steps, ffn_num_outputs); keeps X and dense1(X).
   template <class Input>
   Tensor3<Scalar> operator()(const Input& input) {
+    if constexpr (detail::is_reduced<Scalar>) return forward(input);  // evaluation only: nothing to keep
     const ConstTensorMap3<Scalar> X = detail::input3<Scalar>(input);
     check_input(X, "PositionWiseFFN");
     Tensor3<Scalar> H = dense1_.forward(X);  // (batch, steps, ffn_num_hiddens), before the activation
@@ -66,6 +69,8 @@ class PositionWiseFFN : public Module, public detail::WithParameters<PositionWis
   // std::invalid_argument for another shape.
   template <class GradOutput>
   Tensor3<Scalar> backward(const GradOutput& grad_output) {
+    static_assert(!detail::is_reduced<Scalar>,
+                  "attend: PositionWiseFFN<bfloat16> runs in evaluation only; train in float");
     constexpr const char* where = "PositionWiseFFN::backward";
     const ConstTensorMap3<Scalar> dY = detail::input3<Scalar>(grad_output);
     detail::require_recorded(recorded_, where, "PositionWiseFFN");

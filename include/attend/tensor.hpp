@@ -31,6 +31,9 @@ namespace detail {
 // True for the scalar types stored in reduced precision and computed in float.
 template <class Scalar>
 constexpr bool is_reduced = std::is_same<Scalar, bfloat16>::value;
+// The type a Scalar's arithmetic runs in: float for a reduced type, the type itself otherwise.
+template <class Scalar>
+using compute_type = std::conditional_t<is_reduced<Scalar>, float, Scalar>;
 }  // namespace detail
 
 template <class Scalar>

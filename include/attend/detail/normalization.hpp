@@ -69,11 +69,14 @@ void for_row_pieces(Index rows, Index features, Body&& body) {
 
 // Y = norm(X + R F): X, Y (rows, features) contiguous; R (same shape) or null for no residual, F its factors (same
 // shape) or null for 1; Z (same shape) receives X + R F when not null (the input the backward needs). Y may be X.
-// mean_out and rstd_out (rows) receive the statistics when not null (mean 0 for RMS).
+// mean_out and rstd_out (rows) receive the statistics when not null (mean 0 for RMS). A reduced Scalar (bfloat16) is
+// computed in float from the stored values, each output rounded once.
 template <class Scalar>
 void normalize_rows(const NormRows<Scalar>& p, const Scalar* X, const Scalar* R, const Scalar* F, Scalar* Z, Scalar* Y,
                     Scalar* mean_out, Scalar* rstd_out) {
+  using Acc = compute_type<Scalar>;  // the type the row is computed in
   const Index n = p.features;
+  const Acc eps = static_cast<Acc>(p.eps);
   for_row_pieces(p.rows, n, [&](Index first, Index last) {
     for (Index row = first; row < last; ++row) {
       const Scalar* x = X + row * n;
@@ -90,19 +93,19 @@ void normalize_rows(const NormRows<Scalar>& p, const Scalar* X, const Scalar* R,
       } else if (Z != nullptr) {
         std::copy(x, x + n, Z + row * n);
       }
-      const Scalar mean = p.kind == NormKind::layer
-                              ? lane_sum<Scalar>(n, [x](Index j) { return x[j]; }) / static_cast<Scalar>(n)
-                              : Scalar(0);
-      const Scalar squares = lane_sum<Scalar>(n, [x, mean](Index j) { return (x[j] - mean) * (x[j] - mean); });
-      const Scalar rstd = Scalar(1) / std::sqrt(squares / static_cast<Scalar>(n) + p.eps);
+      const auto at = [x](Index j) { return static_cast<Acc>(x[j]); };
+      const Acc mean = p.kind == NormKind::layer ? lane_sum<Acc>(n, at) / static_cast<Acc>(n) : Acc(0);
+      const Acc squares = lane_sum<Acc>(n, [&](Index j) { return (at(j) - mean) * (at(j) - mean); });
+      const Acc rstd = Acc(1) / std::sqrt(squares / static_cast<Acc>(n) + eps);
       Scalar* y = Y + row * n;
       if (p.bias != nullptr) {
-        for (Index j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd * p.weight[j] + p.bias[j];
+        for (Index j = 0; j < n; ++j)
+          y[j] = Scalar((at(j) - mean) * rstd * static_cast<Acc>(p.weight[j]) + static_cast<Acc>(p.bias[j]));
       } else {
-        for (Index j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd * p.weight[j];
+        for (Index j = 0; j < n; ++j) y[j] = Scalar((at(j) - mean) * rstd * static_cast<Acc>(p.weight[j]));
       }
-      if (mean_out != nullptr) mean_out[row] = mean;
-      if (rstd_out != nullptr) rstd_out[row] = rstd;
+      if (mean_out != nullptr) mean_out[row] = Scalar(mean);
+      if (rstd_out != nullptr) rstd_out[row] = Scalar(rstd);
     }
   });
 }

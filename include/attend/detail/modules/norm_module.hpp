@@ -3,6 +3,8 @@
 // and the record of the last operator() call.
 //
 // Derived (LayerNorm or RMSNorm) inherits it (CRTP) and provides static constexpr const char* module_name.
+// Of bfloat16, a norm stores its parameters in bfloat16 and runs in evaluation only: each row computed in float
+// (detail/normalization.hpp), operator() keeping nothing, no gradient buffers, backward() not compiling.
 #pragma once
 
 #include <attend/config.hpp>
@@ -31,8 +33,8 @@ class NormModule : public Module, public WithParameters<Derived, Scalar> {
         eps_(checked_eps(eps)),
         weight_(Vector<Scalar>::Ones(features)),
         bias_(Vector<Scalar>::Zero(has_bias ? features : 0)),
-        weight_grad_(Vector<Scalar>::Zero(features)),
-        bias_grad_(Vector<Scalar>::Zero(has_bias ? features : 0)) {}
+        weight_grad_(Vector<Scalar>::Zero(gradient_size<Scalar>(features))),
+        bias_grad_(Vector<Scalar>::Zero(gradient_size<Scalar>(has_bias ? features : 0))) {}
 
   Vector<Scalar>& weight() { return weight_; }  // (features)
   const Vector<Scalar>& weight() const { return weight_; }
@@ -44,6 +46,7 @@ class NormModule : public Module, public WithParameters<Derived, Scalar> {
   // X (batch, steps, features) -> (batch, steps, features); keeps X and each row's statistics for backward().
   template <class Input>
   Tensor3<Scalar> operator()(const Input& input) {
+    if constexpr (is_reduced<Scalar>) return forward(input);  // evaluation only: nothing to keep
     const ConstTensorMap3<Scalar> X = input3<Scalar>(input);
     check_input(X, Derived::module_name);
     Tensor3<Scalar> Y(X.dimension(0), X.dimension(1), features_);  // (batch, steps, features)
@@ -81,6 +84,7 @@ class NormModule : public Module, public WithParameters<Derived, Scalar> {
   // (and bias_grad()). Throws std::logic_error when no call was recorded, std::invalid_argument for another shape.
   template <class GradOutput>
   Tensor3<Scalar> backward(const GradOutput& grad_output) {
+    static_assert(!is_reduced<Scalar>, "attend: norms of bfloat16 run in evaluation only; train in float");
     const std::string where = std::string(Derived::module_name) + "::backward";
     const ConstTensorMap3<Scalar> dY = input3<Scalar>(grad_output);
     require_recorded(recorded_, where.c_str(), Derived::module_name);
@@ -139,8 +143,9 @@ class NormModule : public Module, public WithParameters<Derived, Scalar> {
     return features;
   }
   static Scalar checked_eps(Scalar eps) {
-    require(std::isfinite(eps) && eps >= Scalar(0), Derived::module_name, ": eps must be finite and at least 0, got ",
-            eps);
+    const double value = static_cast<double>(eps);
+    require(std::isfinite(value) && value >= 0, Derived::module_name, ": eps must be finite and at least 0, got ",
+            value);
     return eps;
   }
 
