@@ -105,21 +105,82 @@ void attention_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K,
   core::forward(call, out, lse != nullptr ? lse->data() : nullptr, buffers);
 }
 
-template <class Scalar, class Queries, class Keys, class Values>
-void attention_into(const Queries& queries, const Keys& keys, const Values& values, Index num_heads, Index num_kv_heads,
-                    const Mask& mask, const ScoreOptions<Scalar>& options, Tensor3<Scalar>* lse,
-                    const Eigen::TensorMap<Tensor3<Scalar>>& out, const char* where) {
-  const auto q = input3<Scalar>(queries);
-  const auto k = input3<Scalar>(keys);
-  const auto v = input3<Scalar>(values);
+// The checks of a whole-sequence call on maps of its queries, keys and values, in order: heads, keys and values,
+// mask, score options (of float for a reduced Scalar), out.
+template <class Scalar, class Map, class Options>
+void require_call(const Map& q, const Map& k, const Map& v, Index num_heads, Index num_kv_heads, const Mask& mask,
+                  const ScoreOptions<Options>& options, const Eigen::TensorMap<Tensor3<Scalar>>& out,
+                  const char* where) {
   AttentionShape s = attention_shape<Scalar>(q, num_heads, num_kv_heads, where);
   require_keys_values<Scalar>(k, v, s, where);
   mask.require_shape(s.batch, s.queries, s.keys, where);
   require_score_options(options, s, where);
   require_out<Scalar>(out, output_shape(s), where, output_axes, {{&q, "queries"}, {&k, "keys"}, {&v, "values"}});
+}
+
+// Attention of float or double, on the level's kernels.
+template <class Scalar, class Queries, class Keys, class Values>
+void full_attention_into(const Queries& queries, const Keys& keys, const Values& values, Index num_heads,
+                         Index num_kv_heads, const Mask& mask, const ScoreOptions<Scalar>& options,
+                         Tensor3<Scalar>* lse, const Eigen::TensorMap<Tensor3<Scalar>>& out, const char* where) {
+  const auto q = input3<Scalar>(queries);
+  const auto k = input3<Scalar>(keys);
+  const auto v = input3<Scalar>(values);
+  require_call<Scalar>(q, k, v, num_heads, num_kv_heads, mask, options, out, where);
   attention_heads<Scalar>(heads_of_map<const Scalar>(q, num_heads), heads_of_map<const Scalar>(k, num_kv_heads),
                           heads_of_map<const Scalar>(v, num_kv_heads), mask, options, AttentionDropout{}, lse,
                           heads_of_map<Scalar>(out, num_heads), attention_buffers<Scalar>());
+}
+
+// A tensor, and score options, of a reduced type (bfloat16) as float: exact.
+template <class Map>
+Tensor3<float> widened3(const Map& X) {
+  Tensor3<float> wide(X.dimensions());
+  for (Index i = 0; i < wide.size(); ++i) wide.data()[i] = static_cast<float>(X.data()[i]);
+  return wide;
+}
+template <class Scalar>
+ScoreOptions<float> widened_options(const ScoreOptions<Scalar>& options) {
+  ScoreOptions<float> wide;
+  wide.scale = static_cast<float>(options.scale);
+  wide.softcap = static_cast<float>(options.softcap);
+  for (const Scalar& slope : options.alibi_slopes) wide.alibi_slopes.push_back(static_cast<float>(slope));
+  wide.bias = widened3(options.bias);
+  return wide;
+}
+
+// Attention of bfloat16: the arguments checked as given, the work in float on their widened copies, the output (and
+// lse) rounded to bfloat16 once. The float kernels do the work; the copies cost a pass over Q, K and V.
+template <class Scalar, class Queries, class Keys, class Values>
+void reduced_attention_into(const Queries& queries, const Keys& keys, const Values& values, Index num_heads,
+                            Index num_kv_heads, const Mask& mask, const ScoreOptions<Scalar>& options,
+                            Tensor3<Scalar>* lse, const Eigen::TensorMap<Tensor3<Scalar>>& out, const char* where) {
+  const auto q = input3<Scalar>(queries);
+  const auto k = input3<Scalar>(keys);
+  const auto v = input3<Scalar>(values);
+  const ScoreOptions<float> wide_options = widened_options(options);
+  require_call<Scalar>(q, k, v, num_heads, num_kv_heads, mask, wide_options, out, where);
+  const Tensor3<float> Q = widened3(q), K = widened3(k), V = widened3(v);
+  Tensor3<float> O(out.dimensions()), L;  // (batch, queries, num_heads * value_dim), (batch, queries, num_heads)
+  attention_heads<float>(heads_of_map<const float>(Q, num_heads), heads_of_map<const float>(K, num_kv_heads),
+                         heads_of_map<const float>(V, num_kv_heads), mask, wide_options, AttentionDropout{},
+                         lse != nullptr ? &L : nullptr, heads_of_map<float>(O, num_heads), attention_buffers<float>());
+  for (Index i = 0; i < O.size(); ++i) out.data()[i] = Scalar(O.data()[i]);
+  if (lse != nullptr) {
+    lse->resize(L.dimensions());
+    for (Index i = 0; i < L.size(); ++i) lse->data()[i] = Scalar(L.data()[i]);
+  }
+}
+
+template <class Scalar, class Queries, class Keys, class Values>
+void attention_into(const Queries& queries, const Keys& keys, const Values& values, Index num_heads, Index num_kv_heads,
+                    const Mask& mask, const ScoreOptions<Scalar>& options, Tensor3<Scalar>* lse,
+                    const Eigen::TensorMap<Tensor3<Scalar>>& out, const char* where) {
+  if constexpr (is_reduced<Scalar>) {
+    reduced_attention_into<Scalar>(queries, keys, values, num_heads, num_kv_heads, mask, options, lse, out, where);
+  } else {
+    full_attention_into<Scalar>(queries, keys, values, num_heads, num_kv_heads, mask, options, lse, out, where);
+  }
 }
 
 template <class Scalar, class Queries>
@@ -214,6 +275,7 @@ AttentionGradients<Scalar> scaled_dot_product_attention_backward(
     const Queries& queries, const Keys& keys, const Values& values, const Output& output, const Lse& lse,
     const GradOutput& grad_output, Index num_heads, Index num_kv_heads, const Mask& mask = {},
     const ScoreOptions<detail::non_deduced<Scalar>>& options = {}) {
+  static_assert(!detail::is_reduced<Scalar>, "attend: scaled_dot_product_attention_backward takes float or double");
   constexpr const char* where = "scaled_dot_product_attention_backward";
   const auto q = detail::input3<Scalar>(queries);
   const auto k = detail::input3<Scalar>(keys);
