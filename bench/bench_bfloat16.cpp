@@ -98,6 +98,17 @@ void BM_Stream(benchmark::State& state) {
 BENCHMARK(BM_Stream)->Arg(4096 * 4096 * 2)->ArgName("bytes")->Unit(benchmark::kMicrosecond);
 
 #if defined(__x86_64__) && defined(__GNUC__)
+// The sum of every lane of the accumulators: what keeps their work from being optimized away.
+__attribute__((target("avx512f"))) float lane_total(const __m512 (&acc)[12]) {
+  alignas(64) float lanes[16];
+  float total = 0;
+  for (const __m512& a : acc) {
+    _mm512_store_ps(lanes, a);
+    for (float lane : lanes) total += lane;
+  }
+  return total;
+}
+
 // 12 independent accumulators (more than either instruction's latency times its throughput), `steps` rounds.
 __attribute__((target("avx512f,fma"))) float fma_rounds(long steps) {
   __m512 acc[12];
@@ -108,13 +119,7 @@ __attribute__((target("avx512f,fma"))) float fma_rounds(long steps) {
     for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(x, x, acc[i]);
     __asm__ volatile("" : "+v"(x));  // x unknown to the compiler each round: no folding
   }
-  alignas(64) float lanes[16];
-  float total = 0;
-  for (auto& a : acc) {
-    _mm512_store_ps(lanes, a);
-    for (float lane : lanes) total += lane;
-  }
-  return total;
+  return lane_total(acc);
 }
 __attribute__((target("avx512f,avx512bf16"))) float pair_rounds(long steps) {
   __m512 acc[12];
@@ -125,13 +130,7 @@ __attribute__((target("avx512f,avx512bf16"))) float pair_rounds(long steps) {
     for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], x, x);
     __asm__ volatile("" : "+v"(x));
   }
-  alignas(64) float lanes[16];
-  float total = 0;
-  for (auto& a : acc) {
-    _mm512_store_ps(lanes, a);
-    for (float lane : lanes) total += lane;
-  }
-  return total;
+  return lane_total(acc);
 }
 #endif
 

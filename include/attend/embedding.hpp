@@ -19,7 +19,6 @@
 #include <attend/random.hpp>
 #include <attend/tensor.hpp>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 namespace attend {
@@ -34,7 +33,8 @@ class Embedding : public Module, public detail::WithParameters<Embedding<Scalar>
         weight_(num_embeddings, embedding_dim),
         weight_grad_(Matrix<Scalar>::Zero(detail::gradient_size<Scalar>(num_embeddings),
                                           detail::gradient_size<Scalar>(embedding_dim))) {
-    for (Index i = 0; i < weight_.size(); ++i) weight_.data()[i] = Scalar(generator.normal<Draw>());
+    using Drawn = detail::compute_type<Scalar>;  // bfloat16's values are float's draws, rounded
+    for (Index i = 0; i < weight_.size(); ++i) weight_.data()[i] = Scalar(generator.normal<Drawn>());
   }
 
   Matrix<Scalar>& weight() { return weight_; }  // (num_embeddings, embedding_dim)
@@ -101,7 +101,6 @@ class Embedding : public Module, public detail::WithParameters<Embedding<Scalar>
  private:
   friend class detail::WithParameters<Embedding<Scalar>, Scalar>;
   static constexpr const char* module_name = "Embedding";
-  using Draw = std::conditional_t<detail::is_reduced<Scalar>, float, Scalar>;  // the type initial values are drawn in
 
   template <class Self, class Visit>
   static void visit_with_gradients_of(Self& self, Visit& visit) {

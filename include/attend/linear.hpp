@@ -28,7 +28,6 @@
 #include <attend/tensor.hpp>
 #include <cmath>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 namespace attend {
@@ -41,7 +40,8 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
       : in_features_(in_features), out_features_(out_features), has_bias_(bias) {
     detail::require_at_least(in_features, 1, "Linear", "in_features");
     detail::require_at_least(out_features, 1, "Linear", "out_features");
-    const Draw bound = Draw(1) / std::sqrt(static_cast<Draw>(in_features));
+    using Drawn = detail::compute_type<Scalar>;  // bfloat16's values are float's draws, rounded
+    const Drawn bound = Drawn(1) / std::sqrt(static_cast<Drawn>(in_features));
     weight_.resize(out_features, in_features);
     for (Index i = 0; i < weight_.size(); ++i) weight_.data()[i] = Scalar(generator.uniform(-bound, bound));
     bias_ = Vector<Scalar>::Zero(bias ? out_features : 0);
@@ -186,7 +186,6 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
  private:
   friend class detail::WithParameters<Linear<Scalar>, Scalar>;
   static constexpr const char* module_name = "Linear";
-  using Draw = std::conditional_t<detail::is_reduced<Scalar>, float, Scalar>;  // the type initial values are drawn in
 
   void check_input(const ConstTensorMap3<Scalar>& X, const char* where) const {
     require_parameters(where);

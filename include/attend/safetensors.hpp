@@ -183,8 +183,8 @@ inline float to_float_odd(double d) {
 // bfloat16 from double.
 template <class Scalar>
 Scalar from_double(double d) {
-  if constexpr (std::is_same_v<Scalar, bfloat16>)
-    return bfloat16(to_float_odd(d));
+  if constexpr (is_reduced<Scalar>)
+    return Scalar(to_float_odd(d));
   else
     return static_cast<Scalar>(d);
 }

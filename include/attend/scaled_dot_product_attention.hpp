@@ -19,6 +19,7 @@
 
 #include <attend/attention_gradients.hpp>
 #include <attend/config.hpp>
+#include <attend/detail/bf16_products.hpp>
 #include <attend/detail/core/attention.hpp>
 #include <attend/detail/views.hpp>
 #include <attend/kv_cache.hpp>
@@ -134,18 +135,18 @@ void full_attention_into(const Queries& queries, const Keys& keys, const Values&
 
 // A tensor, and score options, of a reduced type (bfloat16) as float: exact.
 template <class Map>
-Tensor3<float> widened3(const Map& X) {
+Tensor3<float> widened3(Isa isa, const Map& X) {
   Tensor3<float> wide(X.dimensions());
-  for (Index i = 0; i < wide.size(); ++i) wide.data()[i] = static_cast<float>(X.data()[i]);
+  widen(isa, X.data(), wide.size(), wide.data());
   return wide;
 }
 template <class Scalar>
-ScoreOptions<float> widened_options(const ScoreOptions<Scalar>& options) {
+ScoreOptions<float> widened_options(Isa isa, const ScoreOptions<Scalar>& options) {
   ScoreOptions<float> wide;
   wide.scale = static_cast<float>(options.scale);
   wide.softcap = static_cast<float>(options.softcap);
   for (const Scalar& slope : options.alibi_slopes) wide.alibi_slopes.push_back(static_cast<float>(slope));
-  wide.bias = widened3(options.bias);
+  wide.bias = widened3(isa, options.bias);
   return wide;
 }
 
@@ -158,17 +159,18 @@ void reduced_attention_into(const Queries& queries, const Keys& keys, const Valu
   const auto q = input3<Scalar>(queries);
   const auto k = input3<Scalar>(keys);
   const auto v = input3<Scalar>(values);
-  const ScoreOptions<float> wide_options = widened_options(options);
+  const Isa isa = active_isa();
+  const ScoreOptions<float> wide_options = widened_options(isa, options);
   require_call<Scalar>(q, k, v, num_heads, num_kv_heads, mask, wide_options, out, where);
-  const Tensor3<float> Q = widened3(q), K = widened3(k), V = widened3(v);
+  const Tensor3<float> Q = widened3(isa, q), K = widened3(isa, k), V = widened3(isa, v);
   Tensor3<float> O(out.dimensions()), L;  // (batch, queries, num_heads * value_dim), (batch, queries, num_heads)
   attention_heads<float>(heads_of_map<const float>(Q, num_heads), heads_of_map<const float>(K, num_kv_heads),
                          heads_of_map<const float>(V, num_kv_heads), mask, wide_options, AttentionDropout{},
                          lse != nullptr ? &L : nullptr, heads_of_map<float>(O, num_heads), attention_buffers<float>());
-  for (Index i = 0; i < O.size(); ++i) out.data()[i] = Scalar(O.data()[i]);
+  narrow(isa, O.data(), O.size(), out.data());
   if (lse != nullptr) {
     lse->resize(L.dimensions());
-    for (Index i = 0; i < L.size(); ++i) lse->data()[i] = Scalar(L.data()[i]);
+    narrow(isa, L.data(), L.size(), lse->data());
   }
 }
 

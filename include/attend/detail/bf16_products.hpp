@@ -103,11 +103,22 @@ inline void project_rows_bf16(const bfloat16* X, Index ldx, Index rows, Index in
                               const bfloat16* bias, bfloat16* Y, Index ldy) {
   if (rows == 0 || out == 0) return;
   const Isa isa = active_isa();  // before any parallel region: it may throw
-  Vector<float> bias_float(bias != nullptr ? out : 0);  // (out)
-  widen(isa, bias, bias_float.size(), bias_float.data());
-  const float* b = bias != nullptr ? bias_float.data() : nullptr;
 #ifdef ATTEND_X86_DISPATCH
-  if (rows <= tuning::bf16_in_place_rows && isa != Isa::generic) {  // W read once, in place, in pieces of columns
+  const bool in_place = rows <= tuning::bf16_in_place_rows && isa != Isa::generic;
+  const bool pairs = !in_place && isa == Isa::avx512_bf16 && pairs_at_full_rate();
+#else
+  constexpr bool in_place = false, pairs = false;
+#endif
+  // The bias in float, and for the widened path X, W and Y in float, in a buffer of the calling thread kept across
+  // calls (its size that of the largest call so far), so that a repeated call neither allocates nor touches new pages.
+  static thread_local PacketBuffer<float> scratch;
+  const Index widened = in_place || pairs ? 0 : rows * in + out * in + rows * out;
+  scratch.resize(out + widened);
+  float* const bias_float = scratch.data() + widened;  // (out), after the widened operands
+  if (bias != nullptr) widen(isa, bias, out, bias_float);
+  const float* b = bias != nullptr ? bias_float : nullptr;
+#ifdef ATTEND_X86_DISPATCH
+  if (in_place) {  // W read once, in place, in pieces of columns
     constexpr Index piece = tuning::few_rows_piece;
     const double work = static_cast<double>(in) * static_cast<double>(out) * tuning::streamed_weight_work;
     parallel_for((out + piece - 1) / piece, work, [&](Index i, int) {
@@ -123,16 +134,13 @@ inline void project_rows_bf16(const bfloat16* X, Index ldx, Index rows, Index in
     });
     return;
   }
-  if (isa == Isa::avx512_bf16 && pairs_at_full_rate()) {
+  if (pairs) {
     packed_pairs_product(X, ldx, rows, in, W, out, b, Y, ldy);
     return;
   }
 #endif
-  // Widened, on the level's float kernels, in a buffer of the calling thread kept across calls (its size that of the
-  // largest product so far), so that a repeated call neither allocates nor touches new pages.
-  static thread_local PacketBuffer<float> widened;
-  widened.resize(rows * in + out * in + rows * out);
-  float* const X_float = widened.data();      // (rows, in)
+  // Widened, on the level's float kernels.
+  float* const X_float = scratch.data();       // (rows, in)
   float* const W_float = X_float + rows * in;  // (out, in)
   float* const Y_float = W_float + out * in;   // (rows, out)
   for (Index r = 0; r < rows; ++r) widen(isa, X + r * ldx, in, X_float + r * in);

@@ -59,7 +59,8 @@ inline void narrow(const float* from, Index count, bfloat16* to) {
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), one);
     const __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(half, lsb));
     const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-    const __m256i wide = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, _mm256_or_si256(_mm256_and_si256(bits, sign), quiet), nan), 16);
+    const __m256i quiet_nan = _mm256_or_si256(_mm256_and_si256(bits, sign), quiet);
+    const __m256i wide = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet_nan, nan), 16);
     const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(wide), _mm256_extracti128_si256(wide, 1));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i), packed);
   }
