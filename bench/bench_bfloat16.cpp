@@ -6,6 +6,7 @@
 // 1, into a preallocated output. Several layers are used in turn, together at least 512 MiB of weights, so that each
 // call reads its weight from memory, as a model's layers do when decoding. FLOPS counts 2 rows in out;
 // bytes_per_second the weight's bytes.
+// MultiHeadAttention/... and Decode/...: the attention modules in float and bfloat16, described where they are defined.
 // Stream/<bytes>: the bound of a memory-bound call, a sum over as many bytes of the same rotation of weights
 // (stream_read.hpp, one thread).
 // Peak/<kind>: the arithmetic bound of one core, independent accumulators and no memory: kind 0 float multiply-adds
@@ -82,6 +83,77 @@ void linear_shapes(benchmark::internal::Benchmark* b) {
     for (int64_t bf16 : {0, 1}) b->Args({shape[0], shape[1], shape[2], bf16});
 }
 BENCHMARK(BM_Linear)->Apply(linear_shapes)->ArgNames({"rows", "in", "out", "bf16"})->Unit(benchmark::kMicrosecond);
+
+template <class Scalar>
+void run_attention(benchmark::State& state, Index batch, Index steps, Index hiddens, Index heads) {
+  attend::Generator generator(1);
+  const attend::MultiHeadAttention<Scalar> attention(hiddens, hiddens, hiddens, hiddens, heads, Scalar(0.0f), false,
+                                                     generator);
+  attend::Tensor3<Scalar> X(batch, steps, hiddens), Y(batch, steps, hiddens);  // (batch, steps, hiddens) each
+  for (Index i = 0; i < X.size(); ++i) X.data()[i] = Scalar(static_cast<float>(i % 13) / 13.0f - 0.5f);
+  attend::AttentionWorkspace<Scalar> workspace;
+  for (auto _ : state) {
+    attention.forward(X, X, X, attend::Mask{}, workspace, Y);
+    benchmark::DoNotOptimize(Y.data());
+    benchmark::ClobberMemory();
+  }
+}
+
+// MultiHeadAttention/<batch>/<steps>/<hiddens>/<heads>/<bf16>: self-attention forward (evaluation), no mask, into a
+// preallocated output with a kept workspace.
+void BM_MultiHeadAttention(benchmark::State& state) {
+  const Index batch = state.range(0), steps = state.range(1), hiddens = state.range(2), heads = state.range(3);
+  if (state.range(4) != 0)
+    run_attention<attend::bfloat16>(state, batch, steps, hiddens, heads);
+  else
+    run_attention<float>(state, batch, steps, hiddens, heads);
+}
+void attention_shapes(benchmark::internal::Benchmark* b) {
+  // Mid and large shapes: batch x steps >= 1024, hiddens >= 128.
+  for (const auto& shape : std::vector<std::vector<int64_t>>{
+           {4, 256, 128, 4}, {2, 512, 256, 8}, {1, 1024, 512, 8}, {4, 512, 512, 8}, {1, 2048, 1024, 16}})
+    for (int64_t bf16 : {0, 1}) b->Args({shape[0], shape[1], shape[2], shape[3], bf16});
+}
+BENCHMARK(BM_MultiHeadAttention)
+    ->Apply(attention_shapes)
+    ->ArgNames({"batch", "steps", "hiddens", "heads", "bf16"})
+    ->Unit(benchmark::kMillisecond);
+
+// Decode/<context>/<bf16>: one decoding step of a Llama-shaped GroupedQueryAttention (hiddens 2048, 32 query heads on
+// 8 key/value heads of 64, rotary positions) against a cache of `context` steps: four projections and attention.
+template <class Scalar>
+void run_decode(benchmark::State& state, Index context) {
+  constexpr Index hiddens = 2048, heads = 32, kv_heads = 8, head_dim = 64, room = 64;
+  attend::Generator generator(1);
+  attend::GroupedQueryAttention<Scalar> attention(hiddens, heads, kv_heads, 0, false, Scalar(0.0f), generator);
+  attention.set_rotary(attend::RotaryEmbedding<Scalar>(head_dim));
+  attend::KVCache<Scalar> cache(1, kv_heads, head_dim, context + room);
+  attend::Tensor3<Scalar> prefix(1, context, kv_heads * head_dim);  // (1, context, kv_heads * head_dim)
+  for (Index i = 0; i < prefix.size(); ++i) prefix.data()[i] = Scalar(static_cast<float>(i % 7) / 7.0f - 0.5f);
+  attend::Tensor3<Scalar> x(1, 1, hiddens), y(1, 1, hiddens);  // one step in and out
+  for (Index i = 0; i < x.size(); ++i) x.data()[i] = Scalar(static_cast<float>(i % 13) / 13.0f - 0.5f);
+  for (auto _ : state) {
+    if (cache.size() == 0 || cache.size() == cache.capacity()) {  // back to `context` steps, untimed
+      state.PauseTiming();
+      cache.clear();
+      cache.append(prefix, prefix);
+      state.ResumeTiming();
+    }
+    attention(x, cache, attend::Mask::causal(), y);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+}
+void BM_Decode(benchmark::State& state) {
+  if (state.range(1) != 0)
+    run_decode<attend::bfloat16>(state, state.range(0));
+  else
+    run_decode<float>(state, state.range(0));
+}
+BENCHMARK(BM_Decode)
+    ->ArgsProduct({{512, 4096}, {0, 1}})
+    ->ArgNames({"context", "bf16"})
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_Stream(benchmark::State& state) {
   const Index bytes = state.range(0);

@@ -13,11 +13,12 @@
 //   --min-time=0.1      seconds of calls per contender per round (at least one call)
 //   --long-call=1       a shape whose slowest contender takes longer per call gets at most 3 rounds (n = 8192)
 //   --max-n=8192        leave out the attention shapes with a longer sequence
-//   --parts=attention,training,kernel,gqa,encoder,encoder_training,rnn,conv1d,linear_bf16   which comparisons to run
-//                       (the sgemm ceiling always runs); training: a forward + backward step of the attention shapes
-//                       up to n = 4096, against libtorch's autograd; kernel, gqa, encoder, encoder_training,
-//                       linear_bf16: PyTorch 2 only (encoder: a whole nn.TransformerEncoderLayer, see its section;
-//                       linear_bf16: Linear in bfloat16 and float, see its section)
+//   --parts=attention,training,kernel,gqa,encoder,encoder_training,rnn,conv1d,linear_bf16,mha_bf16
+//                       which comparisons to run (the sgemm ceiling always runs); training: a forward + backward step
+//                       of the attention shapes up to n = 4096, against libtorch's autograd; kernel, gqa, encoder,
+//                       encoder_training, linear_bf16, mha_bf16: PyTorch 2 only (encoder: a whole
+//                       nn.TransformerEncoderLayer, see its section; linear_bf16 and mha_bf16: Linear and
+//                       MultiHeadAttention in bfloat16 and float, see their sections)
 //   --attend-openblas-threads=N       OpenBLAS's threads during attend's calls; 0: the --threads count. Default 1 in
 //                                     the _blas program when attend has OpenMP, else 0 (see Threads below)
 //   --csv=FILE --json=FILE            also write the results there (CSV: one row per measurement, for
@@ -127,7 +128,8 @@ const char* mask_name(MaskKind mask) {
   return mask == MaskKind::none ? "none" : mask == MaskKind::lens ? "lens" : "causal";
 }
 
-constexpr const char* all_parts = "attention,training,kernel,gqa,encoder,encoder_training,rnn,conv1d,linear_bf16";
+constexpr const char* all_parts =
+    "attention,training,kernel,gqa,encoder,encoder_training,rnn,conv1d,linear_bf16,mha_bf16";
 
 struct Options {
   std::vector<int> threads{1, 2};
@@ -136,7 +138,7 @@ struct Options {
   double long_call = 1;   // seconds per call above which a shape gets at most 3 rounds
   Index max_n = 8192;
   bool attention = true, training = true, kernel = true, gqa = true, encoder = true, encoder_training = true, rnn = true,
-       conv1d = true, linear_bf16 = true;
+       conv1d = true, linear_bf16 = true, mha_bf16 = true;
   std::vector<MaskKind> masks{MaskKind::none, MaskKind::lens, MaskKind::causal};
   std::string csv, json;
 #ifdef EIGEN_USE_BLAS
@@ -173,7 +175,7 @@ Options parse(int argc, char** argv) {
       options.max_n = std::stol(value);
     } else if (key == "--parts") {
       options.attention = options.training = options.kernel = options.gqa = options.encoder =
-          options.encoder_training = options.rnn = options.conv1d = options.linear_bf16 = false;
+          options.encoder_training = options.rnn = options.conv1d = options.linear_bf16 = options.mha_bf16 = false;
       for (const std::string& part : split(value, ',')) {
         if (part == "attention") options.attention = true;
         else if (part == "training") options.training = true;
@@ -184,6 +186,7 @@ Options parse(int argc, char** argv) {
         else if (part == "rnn") options.rnn = true;
         else if (part == "conv1d") options.conv1d = true;
         else if (part == "linear_bf16") options.linear_bf16 = true;
+        else if (part == "mha_bf16") options.mha_bf16 = true;
         else
           throw std::invalid_argument("--parts: unknown part '" + part + "' (" + all_parts + ")");
       }
@@ -1062,6 +1065,114 @@ class LinearBf16 {
   torch::Tensor x_, w_, b_, x16_, w16_, b16_;
 };
 
+// ---- multi-head self-attention in bfloat16 (PyTorch 2 only) --------------------------------------------------------
+
+// attend::MultiHeadAttention<bfloat16> ("attend") and <float> ("attend_float"), evaluation-mode forward into a
+// preallocated output with a kept workspace, against PyTorch's on bfloat16 tensors: at::linear +
+// at::scaled_dot_product_attention + at::linear ("torch_sdpa_bf16") and, without a mask, the fused
+// at::_native_multi_head_attention ("torch_fused_bf16"); and PyTorch's float SDPA composition ("torch_sdpa"). The same
+// values throughout: the bfloat16 weights and inputs are the float ones rounded (by both libraries alike). The mid and
+// large shapes of the attention sweep (batch x n >= 1024, d >= 128).
+class AttentionBf16 {
+ public:
+  static constexpr bool inference = true;
+
+  explicit AttentionBf16(const AttentionShape& s)
+      : s_(s), wide_(s.d, s.d, s.d, s.d, s.heads, 0.0f, false, draws_wide_),
+        narrow_(s.d, s.d, s.d, s.d, s.heads, attend::bfloat16(0.0f), false, draws_narrow_), X_(s.batch, s.n, s.d),
+        X16_(s.batch, s.n, s.d), Y_(s.batch, s.n, s.d), Y16_(s.batch, s.n, s.d), mask_(attend_mask(s)) {
+    wide_.eval();
+    narrow_.eval();
+    attend::Generator draws(47);
+    for (Index i = 0; i < X_.size(); ++i) {
+      X_.data()[i] = draws.uniform(-1.0f, 1.0f);
+      X16_.data()[i] = attend::bfloat16(X_.data()[i]);
+    }
+    torch::NoGradGuard no_grad;
+    const auto weight = [&](attend::Linear<float>& layer) { return to_torch(layer.weight().data(), {s.d, s.d}); };
+    in_proj_ = torch::cat({weight(wide_.W_q()), weight(wide_.W_k()), weight(wide_.W_v())}, 0);
+    out_proj_ = weight(wide_.W_o());
+    X_t_ = to_torch(X_.data(), {s.batch, s.n, s.d});
+    in_proj16_ = in_proj_.to(torch::kBFloat16);
+    out_proj16_ = out_proj_.to(torch::kBFloat16);
+    X16_t_ = X_t_.to(torch::kBFloat16);
+    zeros16_ = torch::zeros({3 * s.d}, torch::kBFloat16);
+    keep_ = sdpa_keep(s);
+  }
+
+  static std::vector<AttentionShape> sweep(const std::vector<MaskKind>& masks, Index max_n) {
+    std::vector<AttentionShape> shapes;
+    for (const AttentionShape& s : attention_sweep(masks, max_n))
+      if (s.batch * s.n >= 1024 && s.d >= 128) shapes.push_back(s);
+    return shapes;
+  }
+
+  Problem problem() const {
+    const double b = s_.batch, n = s_.n, d = s_.d;
+    return {"attention_bf16",
+            shape_label(s_),
+            attend::detail::message('d', s_.d, "_h", s_.heads, s_.mask == MaskKind::none ? "" : "_",
+                                    s_.mask == MaskKind::none ? "" : mask_name(s_.mask)),
+            "",
+            s_.batch,
+            s_.n,
+            8 * b * n * d * d + 4 * b * n * n * d};
+  }
+
+  void check_agreement() {
+    const torch::Tensor reference = torch_sdpa();
+    wide_.forward(X_, X_, X_, mask_, wide_workspace_, Y_);
+    narrow_.forward(X16_, X16_, X16_, mask_, narrow_workspace_, Y16_);
+    Tensor3<float> Y16_wide(Y16_.dimensions());  // attend's bfloat16 result, widened
+    for (Index i = 0; i < Y16_.size(); ++i) Y16_wide.data()[i] = static_cast<float>(Y16_.data()[i]);
+    std::vector<std::pair<std::string, double>> differences = {
+        {"attend_float", relative_difference(Y_, reference)},
+        {"attend_bf16", relative_difference(Y16_wide, reference)},
+        {"attend_bf16 vs torch_sdpa_bf16", relative_difference(Y16_wide, torch_sdpa_bf16().to(torch::kFloat32))}};
+    check(problem().label, differences, 2e-2);
+  }
+
+  std::vector<Contender> contenders() {
+    std::vector<Contender> all = {
+        {"attend", [this] { narrow_.forward(X16_, X16_, X16_, mask_, narrow_workspace_, Y16_); }},
+        {"attend_float", [this] { wide_.forward(X_, X_, X_, mask_, wide_workspace_, Y_); }},
+        {"torch_sdpa_bf16", [this] { benchmark::DoNotOptimize(torch_sdpa_bf16().data_ptr()); }},
+        {"torch_sdpa", [this] { benchmark::DoNotOptimize(torch_sdpa().data_ptr()); }}};
+    if (s_.mask == MaskKind::none)
+      all.push_back({"torch_fused_bf16", [this] {
+                       benchmark::DoNotOptimize(std::get<0>(at::_native_multi_head_attention(
+                                                                X16_t_, X16_t_, X16_t_, s_.d, s_.heads, in_proj16_,
+                                                                zeros16_, out_proj16_, zeros16_.narrow(0, 0, s_.d), {},
+                                                                /*need_weights=*/false))
+                                                    .data_ptr());
+                     }});
+    return all;
+  }
+
+ private:
+  torch::Tensor torch_sdpa() {
+    return sdpa_attention(X_t_, in_proj_, out_proj_, s_.heads, keep_, s_.mask == MaskKind::causal);
+  }
+  torch::Tensor torch_sdpa_bf16() {
+    return sdpa_attention(X16_t_, in_proj16_, out_proj16_, s_.heads, keep_, s_.mask == MaskKind::causal);
+  }
+
+  AttentionShape s_;
+  attend::Generator draws_wide_{48}, draws_narrow_{48};  // one seed: the same draws for both modules
+  attend::MultiHeadAttention<float> wide_;
+  attend::MultiHeadAttention<attend::bfloat16> narrow_;  // the same weights, rounded
+  Tensor3<float> X_;                                     // (batch, n, d)
+  Tensor3<attend::bfloat16> X16_;                        // X_ rounded
+  Tensor3<float> Y_;                                     // (batch, n, d)
+  Tensor3<attend::bfloat16> Y16_;                        // (batch, n, d)
+  attend::Mask mask_;
+  attend::AttentionWorkspace<float> wide_workspace_;
+  attend::AttentionWorkspace<attend::bfloat16> narrow_workspace_;
+  torch::Tensor in_proj_, out_proj_, X_t_;                // (3d, d), (d, d), (batch, n, d)
+  torch::Tensor in_proj16_, out_proj16_, X16_t_, zeros16_;  // the same in bfloat16; zero biases (3d)
+  torch::Tensor keep_;                                    // (batch, 1, 1, n) or undefined: see MaskKind
+};
+
 // ---- grouped-query attention: prefill and decoding (PyTorch 2 only) ------------------------------------------------
 
 // attend::scaled_dot_product_attention on (batch, steps, heads * d) — Q with `heads` heads, K and V with `kv_heads`,
@@ -1627,6 +1738,8 @@ int main(int argc, char** argv) try {
   const Table encoder_training_table("(batch,n,d,heads)",
                                      {"attend", "torch_layer", "torch_sdpa", "gemm_torch", "gemm_eigen"});
   const Table linear_table("(rows,in,out)", {"attend", "attend_float", "torch_linear_bf16", "torch_linear"});
+  const Table attention_bf16_table("(batch,n,d,heads)",
+                                   {"attend", "attend_float", "torch_sdpa_bf16", "torch_fused_bf16", "torch_sdpa"});
 #else
   const Table attention_table("(batch,n,d,heads)",
                               {"attend", "attend_direct", "attend_tiled", "torch_mha", "torch_fused"});
@@ -1685,6 +1798,11 @@ int main(int argc, char** argv) try {
       run_part<LinearBf16>(as_vector(linear_shapes), linear_table,
                            "Linear, forward; att = attend's bfloat16 (attend_float: its float)" + at, options, threads,
                            sgemm, results);
+    if (options.mha_bf16)
+      run_part<AttentionBf16>(AttentionBf16::sweep(options.masks, options.max_n), attention_bf16_table,
+                              "multi-head self-attention, forward; att = attend's bfloat16 (attend_float: its float)" +
+                                  at,
+                              options, threads, sgemm, results);
 #endif
     if (options.rnn)
       run_part<Rnn>(as_vector(rnn_shapes), rnn_table, "RNN (tanh, batch_first)" + at, options, threads, sgemm,

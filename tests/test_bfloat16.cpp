@@ -2,10 +2,10 @@
 // has, each forced in turn (the levels it lacks are named as skipped), against the definition in double on the same
 // bfloat16 inputs, within the bound that rounding each output once and summing in float allow; its weights those of a
 // Linear<float> from the same generator, rounded; no gradient buffers; Embedding<bfloat16>'s lookup; RMSNorm's and
-// LayerNorm's rows in float; the FFNs and scaled_dot_product_attention within the bounds of their roundings; the same
-// bits for 1 and 2 threads; a float model's weights loaded from safetensors; the conversions to and from float bit
-// for bit against Eigen's; the kernel of packed pairs, which only AMD's CPUs dispatch, checked directly wherever the
-// CPU has AVX512-BF16.
+// LayerNorm's rows in float; the FFNs within the bounds of their roundings; the same bits for 1 and 2 threads; a float
+// model's weights loaded from safetensors; the conversions to and from float bit for bit against Eigen's; the kernel
+// of packed pairs, which only AMD's CPUs dispatch, checked directly wherever the CPU has AVX512-BF16. Attention in
+// bfloat16: test_bfloat16_attention.cpp.
 #include <attend/detail/bf16_products.hpp>
 #include <attend/embedding.hpp>
 #include <attend/gated_ffn.hpp>
@@ -15,16 +15,15 @@
 #include <attend/position_wise_ffn.hpp>
 #include <attend/random.hpp>
 #include <attend/rms_norm.hpp>
-#include <attend/scaled_dot_product_attention.hpp>
 #include <attend/safetensors.hpp>
 #include <attend/threads.hpp>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <support/bfloat16.hpp>
 #include <support/levels.hpp>
 #include <support/temp_files.hpp>
 #include <vector>
@@ -35,34 +34,11 @@ using attend::Index;
 using attend::Isa;
 using attend::Linear;
 using attend::Tensor3;
+using attend_test::bits_of;
+using attend_test::ForcedLevel;
+using attend_test::random_bf16;
 
 namespace {
-
-// The level in force until the scope ends, then the one before.
-class ForcedLevel {
- public:
-  explicit ForcedLevel(Isa isa) : before_(attend::active_isa()) { attend::set_isa(isa); }
-  ~ForcedLevel() { attend::set_isa(before_); }
-  ForcedLevel(const ForcedLevel&) = delete;
-  ForcedLevel& operator=(const ForcedLevel&) = delete;
-
- private:
-  Isa before_;
-};
-
-std::uint16_t bits_of(bfloat16 x) {
-  std::uint16_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  return bits;
-}
-
-// A (batch, steps, features) tensor of bfloat16 values drawn uniformly in [-1, 1) and rounded.
-Tensor3<bfloat16> random_bf16(Index batch, Index steps, Index features, std::uint64_t seed) {
-  Generator generator(seed);
-  Tensor3<bfloat16> X(batch, steps, features);
-  for (Index i = 0; i < X.size(); ++i) X.data()[i] = bfloat16(generator.uniform(-1.0f, 1.0f));
-  return X;
-}
 
 // The largest ratio over Y of |Y - definition| to the bound for one output rounded once to bfloat16 from a float sum
 // of `in` products and a bias: the sum's error at most (in + 1) 2^-24 times the sum of the magnitudes M = sum |x w| +
@@ -344,68 +320,6 @@ TEST_CASE("PositionWiseFFN<bfloat16> and GatedFFN<bfloat16>: within the bound of
       }
     CHECK(worst <= 1.0);
   }
-}
-
-TEST_CASE("scaled_dot_product_attention<bfloat16>: in float on the stored values, the output rounded once",
-          "[bfloat16]") {
-  // Grouped-query heads (4 query heads on 2 key/value heads), no mask and causal; the definition in double on the same
-  // bfloat16 values. Bound of one output: a score's float error ds = (d + 2) 2^-24 scale max_j sum_i |q_i k_ji| moves
-  // each weight by at most 2 ds of itself, the weights' and the weighted sum's float rounding (and exp's, within a few
-  // units) stay within (keys + 16) 2^-24, both times max |v|; then the rounding to bfloat16, 2^-8 of the result.
-  const bool causal = GENERATE(false, true);
-  CAPTURE(causal);
-  const Index batch = 2, steps = 9, heads = 4, kv_heads = 2, d = 8;
-  const Tensor3<bfloat16> Q = random_bf16(batch, steps, heads * d, 71);     // (2, 9, 32)
-  const Tensor3<bfloat16> K = random_bf16(batch, steps, kv_heads * d, 72);  // (2, 9, 16)
-  const Tensor3<bfloat16> V = random_bf16(batch, steps, kv_heads * d, 73);  // (2, 9, 16)
-  const attend::Mask mask = causal ? attend::Mask::causal() : attend::Mask{};
-  Tensor3<bfloat16> lse;
-  const Tensor3<bfloat16> O = attend::scaled_dot_product_attention(Q, K, V, heads, kv_heads, mask, {}, &lse);
-  REQUIRE(O.dimension(2) == heads * d);
-  REQUIRE(lse.dimension(2) == heads);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d)), unit = std::ldexp(1.0, -24);
-  double worst = 0, worst_lse = 0;
-  for (Index b = 0; b < batch; ++b)
-    for (Index h = 0; h < heads; ++h)
-      for (Index q = 0; q < steps; ++q) {
-        const Index g = h / (heads / kv_heads), keys = causal ? q + 1 : steps;
-        std::vector<double> score(static_cast<std::size_t>(keys));
-        double largest = -INFINITY, magnitude = 0, v_max = 0;
-        for (Index j = 0; j < keys; ++j) {
-          double dot = 0, absolute = 0;
-          for (Index i = 0; i < d; ++i) {
-            const double product = static_cast<double>(Q(b, q, h * d + i)) * static_cast<double>(K(b, j, g * d + i));
-            dot += product;
-            absolute += std::abs(product);
-          }
-          score[static_cast<std::size_t>(j)] = scale * dot;
-          largest = std::max(largest, scale * dot);
-          magnitude = std::max(magnitude, scale * absolute);
-          for (Index i = 0; i < d; ++i) v_max = std::max(v_max, std::abs(static_cast<double>(V(b, j, g * d + i))));
-        }
-        double total = 0;
-        for (double sc : score) total += std::exp(sc - largest);
-        const double lse_expected = largest + std::log(total);
-        // lse: its float error within a few units of the larger of its terms, then rounded to bfloat16.
-        const double lse_bound = (static_cast<double>(d + keys) + 16) * unit * (std::abs(largest) + magnitude + 1) +
-                                 std::ldexp(1.0, -8) * std::abs(lse_expected);
-        worst_lse = std::max(worst_lse, std::abs(static_cast<double>(lse(b, q, h)) - lse_expected) / lse_bound);
-        const double ds = static_cast<double>(d + 2) * unit * magnitude;
-        const double computing = v_max * (2 * ds + static_cast<double>(keys + 16) * unit);
-        for (Index i = 0; i < d; ++i) {
-          double expected = 0;
-          for (Index j = 0; j < keys; ++j)
-            expected += std::exp(score[static_cast<std::size_t>(j)] - largest) / total *
-                        static_cast<double>(V(b, j, g * d + i));
-          const double bound = computing + std::ldexp(1.0, -8) * (std::abs(expected) + computing);
-          worst = std::max(worst, std::abs(static_cast<double>(O(b, q, h * d + i)) - expected) / bound);
-        }
-      }
-  CHECK(worst <= 1.0);
-  CHECK(worst_lse <= 1.0);
-  // The checks of the float call, on the bfloat16 arguments: a wrong head count is refused, naming it.
-  REQUIRE_THROWS_WITH(attend::scaled_dot_product_attention(Q, K, V, 3, kv_heads),
-                      Catch::Contains("num_kv_heads must be >= 1 and divide num_heads (3)"));
 }
 
 TEST_CASE("Linear<bfloat16> loads a float model's weights from safetensors, each rounded once", "[bfloat16]") {

@@ -2,20 +2,25 @@
 // tests/reference/make_causal_lm_fixtures.py) loaded through causal_lm_from_transformers, against the script's
 // float64 recomputation (fixtures causal_lm_*: logits, every parameter's gradient by autograd, greedy generation
 // checked there against transformers' generate()); decoding through the cache against whole sequences; finite
-// differences in double (a tied embedding gets both of its gradients); and bad input.
+// differences in double (a tied embedding gets both of its gradients); bad input; and the greedy tokens of each model in
+// bfloat16 on every level.
 #include <attend/causal_lm.hpp>
 #include <attend/from_transformers.hpp>
 #include <attend/safetensors.hpp>
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <support/checks.hpp>
 #include <support/finite_difference.hpp>
 #include <support/fixture.hpp>
 #include <support/gradients.hpp>
+#include <support/levels.hpp>
 #include <support/matchers.hpp>
 #include <support/module_checks.hpp>
 #include <support/random_tensor.hpp>
+#include <vector>
 
 using attend::CausalLM;
 using attend::CausalLMCache;
@@ -173,4 +178,54 @@ TEMPLATE_TEST_CASE("CausalLM refuses bad input, naming it, and a decoding call t
   CausalLMCache<TestType> wrong = CausalLM<TestType>(CausalLMConfig::llama(40, 16, 2, 4, 4, 24)).make_cache(2, 5);
   tokens(1, 2) = 0;
   require_invalid([&] { model(tokens, wrong); }, "the cache must hold 2 key/value heads of 4, got 4 of 4");
+}
+
+TEST_CASE("CausalLM<bfloat16>, transformers' weights rounded, generates transformers' greedy tokens", "[causal_lm]") {
+  // Evaluation in bfloat16 on every level: the greedy loop above, through the cache, against the tokens of
+  // transformers' float64 model, step by step until the first step whose two largest logits (of the float64 model,
+  // recomputed here in double) lie closer than bfloat16 can tell apart: 2^-5 of the largest |logit|, eight roundings of
+  // 2^-8. Every row is compared for at least its first generated token; the smallest such gap of each model is in the
+  // fixture's header (mistral's, 0.0082, ends its second row's comparison after one token).
+  const auto name = GENERATE(as<std::string>{}, "llama", "llama_tied_bias", "mistral", "gpt2");
+  CAPTURE(name);
+  const Fixture fixture("causal_lm_" + name);
+  const Matrix<Index> prompt = fixture.index_matrix("prompt"), generated = fixture.index_matrix("generated");
+  const Tensor3<double> exact = load_model<double>(name).forward(generated);  // (rows, steps, vocab)
+  std::vector<Index> compared(static_cast<std::size_t>(prompt.rows()), 0);  // steps of each row told apart
+  for (Index b = 0; b < prompt.rows(); ++b) {
+    for (Index t = prompt.cols(); t < generated.cols(); ++t) {
+      double largest = -INFINITY, second = -INFINITY, magnitude = 0;
+      for (Index v = 0; v < exact.dimension(2); ++v) {
+        const double logit = exact(b, t - 1, v);
+        magnitude = std::max(magnitude, std::abs(logit));
+        second = std::max(second, std::min(largest, logit));
+        largest = std::max(largest, logit);
+      }
+      if (largest - second < std::ldexp(magnitude, -5)) break;
+      ++compared[static_cast<std::size_t>(b)];
+    }
+    REQUIRE(compared[static_cast<std::size_t>(b)] >= 1);
+  }
+  const CausalLM<attend::bfloat16> model = load_model<attend::bfloat16>(name);
+  for (attend::Isa isa : attend_test::bf16_levels()) {
+    CAPTURE(attend::isa_name(isa));
+    const attend_test::ForcedLevel level(isa);
+    CausalLM<attend::bfloat16> decoder = model;
+    CausalLMCache<attend::bfloat16> cache = decoder.make_cache(prompt.rows(), generated.cols());
+    Matrix<Index> sequence = prompt;
+    Tensor3<attend::bfloat16> logits = decoder(prompt, cache);
+    while (sequence.cols() < generated.cols()) {
+      Matrix<Index> next(sequence.rows(), 1);
+      for (Index b = 0; b < sequence.rows(); ++b) next(b, 0) = argmax(logits, b, logits.dimension(1) - 1);
+      Matrix<Index> longer(sequence.rows(), sequence.cols() + 1);
+      longer << sequence, next;
+      sequence = longer;
+      logits = decoder(next, cache);
+    }
+    for (Index b = 0; b < prompt.rows(); ++b) {
+      CAPTURE(b, compared[static_cast<std::size_t>(b)]);
+      const Index steps = prompt.cols() + compared[static_cast<std::size_t>(b)];
+      CHECK(sequence.row(b).head(steps) == generated.row(b).head(steps));
+    }
+  }
 }

@@ -285,6 +285,7 @@ class CausalLM : public detail::WithParameters<CausalLM<Scalar>, Scalar> {
 
   // tokens (batch, steps), positions 0 .. steps - 1 -> logits (batch, steps, vocab_size). Records for backward().
   Tensor3<Scalar> operator()(const Matrix<Index>& tokens) {
+    if constexpr (detail::is_reduced<Scalar>) return forward(tokens);  // evaluation only: nothing to keep
     check(tokens, 0, "CausalLM");
     Tensor3<Scalar> X = embed_recorded(tokens);  // (batch, steps, num_hiddens)
     const Mask m = mask();
@@ -330,17 +331,20 @@ class CausalLM : public detail::WithParameters<CausalLM<Scalar>, Scalar> {
   // embedding gets the head's and the lookup's).
   template <class GradOutput>
   void backward(const GradOutput& grad_output) {
-    constexpr const char* where = "CausalLM::backward";
-    const ConstTensorMap3<Scalar> dlogits = detail::input3<Scalar>(grad_output);
-    detail::require_recorded(recorded_, where, "CausalLM");
-    const Tensor3<Scalar>& N = recorded_normed_;  // (batch, steps, num_hiddens)
-    detail::require_shape(dlogits, {N.dimension(0), N.dimension(1), config_.vocab_size}, where, "grad_output",
-                          "(batch, steps, vocab_size)");
-    Tensor3<Scalar> dX = head_backward(N, dlogits);  // (batch, steps, num_hiddens)
-    dX = std::visit([&](auto& p) { return p.backward(dX); }, norm_);
-    for (std::size_t i = layers_.size(); i-- > 0;) dX = layers_[i].backward(dX);
-    if (positions_) positions_->backward(dX);
-    embedding_.backward(dX);
+    static_assert(!detail::is_reduced<Scalar>, "attend: CausalLM<bfloat16> runs in evaluation only; train in float");
+    if constexpr (!detail::is_reduced<Scalar>) {  // the body of float and double only
+      constexpr const char* where = "CausalLM::backward";
+      const ConstTensorMap3<Scalar> dlogits = detail::input3<Scalar>(grad_output);
+      detail::require_recorded(recorded_, where, "CausalLM");
+      const Tensor3<Scalar>& N = recorded_normed_;  // (batch, steps, num_hiddens)
+      detail::require_shape(dlogits, {N.dimension(0), N.dimension(1), config_.vocab_size}, where, "grad_output",
+                            "(batch, steps, vocab_size)");
+      Tensor3<Scalar> dX = head_backward(N, dlogits);  // (batch, steps, num_hiddens)
+      dX = std::visit([&](auto& p) { return p.backward(dX); }, norm_);
+      for (std::size_t i = layers_.size(); i-- > 0;) dX = layers_[i].backward(dX);
+      if (positions_) positions_->backward(dX);
+      embedding_.backward(dX);
+    }
   }
 
  private:
@@ -391,8 +395,8 @@ class CausalLM : public detail::WithParameters<CausalLM<Scalar>, Scalar> {
     if (lm_head_) return lm_head_->forward(N);
     const Matrix<Scalar>& W = embedding_.weight();  // (vocab_size, num_hiddens)
     Tensor3<Scalar> logits(N.dimension(0), N.dimension(1), config_.vocab_size);
-    detail::project_rows<Scalar>(detail::as_matrix(N),
-                                 {{W.data(), config_.vocab_size, nullptr, logits.data(), config_.vocab_size}});
+    detail::linear_rows<Scalar>(detail::as_matrix(N), W.data(), config_.vocab_size, nullptr, logits.data(),
+                                config_.vocab_size);
     return logits;
   }
   // dN = dlogits W; adds dW = dlogits^T N into lm_head's gradient or the embedding's.

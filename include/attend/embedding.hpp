@@ -77,16 +77,18 @@ class Embedding : public Module, public detail::WithParameters<Embedding<Scalar>
   template <class GradOutput>
   void backward(const GradOutput& grad_output) {
     static_assert(!detail::is_reduced<Scalar>, "attend: Embedding<bfloat16> runs in evaluation only; train in float");
-    constexpr const char* where = "Embedding::backward";
-    const ConstTensorMap3<Scalar> dY = detail::input3<Scalar>(grad_output);
-    detail::require_recorded(recorded_, where, "Embedding");
-    this->require_gradients(where);
-    const Matrix<Index>& tokens = recorded_tokens_;  // (batch, steps)
-    detail::require_shape(dY, {tokens.rows(), tokens.cols(), embedding_dim_}, where, "grad_output",
-                          "(batch, steps, embedding_dim)");
-    const auto dY_rows = detail::as_matrix(dY);  // (batch * steps, embedding_dim)
-    for (Index b = 0; b < tokens.rows(); ++b)
-      for (Index t = 0; t < tokens.cols(); ++t) weight_grad_.row(tokens(b, t)) += dY_rows.row(b * tokens.cols() + t);
+    if constexpr (!detail::is_reduced<Scalar>) {  // the body of float and double only
+      constexpr const char* where = "Embedding::backward";
+      const ConstTensorMap3<Scalar> dY = detail::input3<Scalar>(grad_output);
+      detail::require_recorded(recorded_, where, "Embedding");
+      this->require_gradients(where);
+      const Matrix<Index>& tokens = recorded_tokens_;  // (batch, steps)
+      detail::require_shape(dY, {tokens.rows(), tokens.cols(), embedding_dim_}, where, "grad_output",
+                            "(batch, steps, embedding_dim)");
+      const auto dY_rows = detail::as_matrix(dY);  // (batch * steps, embedding_dim)
+      for (Index b = 0; b < tokens.rows(); ++b)
+        for (Index t = 0; t < tokens.cols(); ++t) weight_grad_.row(tokens(b, t)) += dY_rows.row(b * tokens.cols() + t);
+    }
   }
 
   // Throws std::invalid_argument naming the first token outside [0, num_embeddings), or a resized weight.

@@ -20,6 +20,10 @@
 // nothing. forward(X, mask, workspace, out) is the evaluation-mode call of whole sequences with its scratch in the
 // caller's Workspace, allocating nothing from the second call of a shape on. A call that throws leaves the module and
 // the cache as they were.
+//
+// Of bfloat16 (evaluation only): each projection is a Linear<bfloat16>, the rotation and the attention run in float on
+// the stored values, and each result (Q, K, V, the attention's output, Y) is rounded once; the cache holds bfloat16.
+// operator() is forward(), and backward() does not compile.
 #pragma once
 
 #include <attend/config.hpp>
@@ -98,6 +102,7 @@ class GroupedQueryAttention : public Module, public detail::WithParameters<Group
   // Keeps what backward() needs.
   template <class Input>
   Tensor3<Scalar> operator()(const Input& input, const Mask& mask = Mask::causal()) {
+    if constexpr (detail::is_reduced<Scalar>) return forward(input, mask);  // evaluation only: nothing to keep
     const auto X = detail::input3<Scalar>(input);
     check(X, mask, X.dimension(1), "GroupedQueryAttention");
     Record r;
@@ -122,25 +127,31 @@ class GroupedQueryAttention : public Module, public detail::WithParameters<Group
   // dY (batch, n, num_hiddens), the gradient at the last operator()'s output -> dX (batch, n, num_hiddens); adds the
   // weights' gradients. std::logic_error without a recorded call.
   Tensor3<Scalar> backward(const Tensor3<Scalar>& dY) {
-    constexpr const char* where = "GroupedQueryAttention::backward";
-    detail::require_recorded(record_.has_value(), where, "GroupedQueryAttention");
-    const Record& r = *record_;
-    const std::array<Index, 3> shape{r.X.dimension(0), r.X.dimension(1), num_hiddens()};
-    detail::require(dY.dimensions() == shape, where, ": dY must have shape ", detail::shape_text(shape),
-                    " (the last call's output), got ", detail::shape_text(dY.dimensions()));
-    const Tensor3<Scalar> d_context = W_o_.backward_from(r.context, dY);  // (batch, n, num_heads * head_dim)
-    Tensor3<Scalar> dQ(r.Q.dimensions()), dK(r.K.dimensions()), dV(r.V.dimensions());
-    detail::attention_backward_heads<Scalar>(
-        heads(r.Q, num_heads_), heads(r.K, num_kv_heads_), heads(r.V, num_kv_heads_),
-        detail::heads_of_map<const Scalar>(r.context, num_heads_), r.lse.data(),
-        detail::heads_of_map<const Scalar>(d_context, num_heads_), r.mask, options_, r.dropout,
-        detail::heads_of_map<Scalar>(dQ, num_heads_), detail::heads_of_map<Scalar>(dK, num_kv_heads_),
-        detail::heads_of_map<Scalar>(dV, num_kv_heads_), workspace_.buffers);
-    rotate(dQ, dK, 0, true);  // the rotation's gradient is the inverse rotation
-    Tensor3<Scalar> dX = W_q_.backward_from(r.X, dQ);
-    dX += W_k_.backward_from(r.X, dK);
-    dX += W_v_.backward_from(r.X, dV);
-    return dX;
+    static_assert(!detail::is_reduced<Scalar>,
+                  "attend: GroupedQueryAttention<bfloat16> runs in evaluation only; train in float");
+    if constexpr (!detail::is_reduced<Scalar>) {  // the body of float and double only
+      constexpr const char* where = "GroupedQueryAttention::backward";
+      detail::require_recorded(record_.has_value(), where, "GroupedQueryAttention");
+      const Record& r = *record_;
+      const std::array<Index, 3> shape{r.X.dimension(0), r.X.dimension(1), num_hiddens()};
+      detail::require(dY.dimensions() == shape, where, ": dY must have shape ", detail::shape_text(shape),
+                      " (the last call's output), got ", detail::shape_text(dY.dimensions()));
+      const Tensor3<Scalar> d_context = W_o_.backward_from(r.context, dY);  // (batch, n, num_heads * head_dim)
+      Tensor3<Scalar> dQ(r.Q.dimensions()), dK(r.K.dimensions()), dV(r.V.dimensions());
+      detail::attention_backward_heads<Scalar>(
+          heads(r.Q, num_heads_), heads(r.K, num_kv_heads_), heads(r.V, num_kv_heads_),
+          detail::heads_of_map<const Scalar>(r.context, num_heads_), r.lse.data(),
+          detail::heads_of_map<const Scalar>(d_context, num_heads_), r.mask, options_, r.dropout,
+          detail::heads_of_map<Scalar>(dQ, num_heads_), detail::heads_of_map<Scalar>(dK, num_kv_heads_),
+          detail::heads_of_map<Scalar>(dV, num_kv_heads_), workspace_.buffers);
+      rotate(dQ, dK, 0, true);  // the rotation's gradient is the inverse rotation
+      Tensor3<Scalar> dX = W_q_.backward_from(r.X, dQ);
+      dX += W_k_.backward_from(r.X, dK);
+      dX += W_v_.backward_from(r.X, dV);
+      return dX;
+    } else {
+      return {};  // not reached: the assertion stops the build
+    }
   }
 
   // The scratch of a call: the projections and the attention's buffers, kept between the calls that are given it so

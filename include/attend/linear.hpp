@@ -32,6 +32,20 @@
 
 namespace attend {
 inline namespace ATTEND_ABI {
+namespace detail {
+
+// Y (rows, out), rows ldy apart, = X W^T + bias: W (out, X.cols()) contiguous, bias (out) or null. Every Linear's
+// product, on the kernels of its Scalar (bfloat16's: detail/bf16_products.hpp). Shapes are the caller's to check.
+template <class Scalar>
+void linear_rows(const Eigen::Ref<const Matrix<Scalar>>& X, const Scalar* W, Index out, const Scalar* bias, Scalar* Y,
+                 Index ldy) {
+  if constexpr (is_reduced<Scalar>)
+    project_rows_bf16(X.data(), X.outerStride(), X.rows(), X.cols(), W, out, bias, Y, ldy);
+  else
+    project_rows<Scalar>(X, {{W, out, bias, Y, ldy}});
+}
+
+}  // namespace detail
 
 template <class Scalar>
 class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scalar> {
@@ -101,17 +115,21 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
   template <class GradOutput>
   Tensor3<Scalar> backward(const GradOutput& grad_output) {
     static_assert(!detail::is_reduced<Scalar>, "attend: Linear<bfloat16> runs in evaluation only; train in float");
-    constexpr const char* where = "Linear::backward";
-    const ConstTensorMap3<Scalar> dY = detail::input3<Scalar>(grad_output);
-    detail::require_recorded(recorded_, where, "Linear");
-    require_parameters(where);
-    this->require_gradients(where);
-    const Tensor3<Scalar>& X = recorded_input_;  // (batch, steps, in_features)
-    detail::require_shape(dY, {X.dimension(0), X.dimension(1), out_features_}, where, "grad_output",
-                          "(batch, steps, out_features)");
-    Tensor3<Scalar> dX(X.dimension(0), X.dimension(1), in_features_);  // (batch, steps, in_features)
-    backward_rows(detail::as_matrix(X), detail::as_matrix(dY), dX.data());
-    return dX;
+    if constexpr (!detail::is_reduced<Scalar>) {  // the body of float and double only
+      constexpr const char* where = "Linear::backward";
+      const ConstTensorMap3<Scalar> dY = detail::input3<Scalar>(grad_output);
+      detail::require_recorded(recorded_, where, "Linear");
+      require_parameters(where);
+      this->require_gradients(where);
+      const Tensor3<Scalar>& X = recorded_input_;  // (batch, steps, in_features)
+      detail::require_shape(dY, {X.dimension(0), X.dimension(1), out_features_}, where, "grad_output",
+                            "(batch, steps, out_features)");
+      Tensor3<Scalar> dX(X.dimension(0), X.dimension(1), in_features_);  // (batch, steps, in_features)
+      backward_rows(detail::as_matrix(X), detail::as_matrix(dY), dX.data());
+      return dX;
+    } else {
+      return {};  // not reached: the assertion stops the build
+    }
   }
 
   // The same on rows, for modules built on Linear: X (rows, in_features), the input of the call being
@@ -120,17 +138,19 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
   void backward_rows(const Eigen::Ref<const Matrix<Scalar>>& X, const Eigen::Ref<const Matrix<Scalar>>& dY,
                      Scalar* dX) {
     static_assert(!detail::is_reduced<Scalar>, "attend: Linear<bfloat16> runs in evaluation only; train in float");
-    const Index rows = X.rows();
-    if (dX != nullptr)  // dX = dY W: (rows, out) x (out, in)
-      detail::times<Scalar>(false, dY.data(), dY.outerStride(), rows, out_features_, weight_.data(), in_features_,
-                            in_features_, dX, in_features_);
-    // This call's dW = dY^T X, (out, rows) x (rows, in), then added, as PyTorch adds a new gradient to .grad; in
-    // memory kept between calls (call_weight_grad_).
-    Matrix<Scalar>& dW = call_weight_grad_;
-    dW.resize(out_features_, in_features_);
-    detail::transposed_times<Scalar>(false, dY, X, dW);
-    weight_grad_ += dW;
-    if (has_bias_ && dY.rows() > 0) bias_grad_ += dY.colwise().sum().transpose();
+    if constexpr (!detail::is_reduced<Scalar>) {  // the body of float and double only
+      const Index rows = X.rows();
+      if (dX != nullptr)  // dX = dY W: (rows, out) x (out, in)
+        detail::times<Scalar>(false, dY.data(), dY.outerStride(), rows, out_features_, weight_.data(), in_features_,
+                              in_features_, dX, in_features_);
+      // This call's dW = dY^T X, (out, rows) x (rows, in), then added, as PyTorch adds a new gradient to .grad; in
+      // memory kept between calls (call_weight_grad_).
+      Matrix<Scalar>& dW = call_weight_grad_;
+      dW.resize(out_features_, in_features_);
+      detail::transposed_times<Scalar>(false, dY, X, dW);
+      weight_grad_ += dW;
+      if (has_bias_ && dY.rows() > 0) bias_grad_ += dY.colwise().sum().transpose();
+    }
   }
 
   // backward() for an input its caller recorded: X (batch, steps, in_features), the input of the call being
@@ -159,12 +179,8 @@ class Linear : public Module, public detail::WithParameters<Linear<Scalar>, Scal
                     out_features_, ") (X's rows, out_features), got (", Y.rows(), ", ", Y.cols(), ")");
     // Chunks of rows shared among the threads (detail/project_rows.hpp, detail/bf16_products.hpp): the same bits for
     // any number of them.
-    if constexpr (detail::is_reduced<Scalar>)
-      detail::project_rows_bf16(X.data(), X.outerStride(), X.rows(), in_features_, weight_.data(), out_features_,
-                                has_bias_ ? bias_.data() : nullptr, Y.data(), Y.outerStride());
-    else
-      detail::project_rows<Scalar>(X, {{weight_.data(), out_features_, has_bias_ ? bias_.data() : nullptr, Y.data(),
-                                        Y.outerStride()}});
+    detail::linear_rows<Scalar>(X, weight_.data(), out_features_, has_bias_ ? bias_.data() : nullptr, Y.data(),
+                                Y.outerStride());
   }
 
   // zero_grad(), parameters(), state_dict(), load_state_dict(), visit_parameters(), visit_with_gradients() and

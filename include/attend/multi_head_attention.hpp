@@ -21,6 +21,10 @@
 // gradients of queries, keys and values and adds those of the four Linear layers into their weight_grad() and
 // bias_grad(), on the path the call took (detail/attention_backward.hpp).
 //
+// Of bfloat16 (evaluation only): each projection is a Linear<bfloat16>, the heads run on the tiled path in float on
+// the stored values, and each result (Q, K, V, the heads' output, the output) is rounded once; operator() records
+// nothing, and backward() does not compile.
+//
 // state_dict() uses d2l's names: W_q.weight, W_q.bias (when bias is on), W_k.*, W_v.*, W_o.*. A PyTorch
 // nn.MultiheadAttention's state dict, whose names differ, converts with multi_head_attention_from_torch
 // (from_torch.hpp).
@@ -41,6 +45,7 @@
 #include <attend/module.hpp>
 #include <attend/parameter.hpp>
 #include <attend/random.hpp>
+#include <attend/scaled_dot_product_attention.hpp>
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
 #include <attend/valid_lens.hpp>
@@ -173,7 +178,11 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
     const auto into = [](const Linear<Scalar>& linear, Matrix<Scalar>& Y, detail::TransposedWeight<Scalar>& kept) {
       return detail::projection(linear.weight(), linear.bias(), Y.data(), &kept);
     };
-    if (detail::same_memory(queries, keys) && detail::same_memory(keys, values)) {  // self: one pass over X
+    if constexpr (detail::is_reduced<Scalar>) {  // bfloat16: each weight read in place (Linear::apply)
+      W_q_.apply(detail::as_matrix(queries), ws.Q);
+      W_k_.apply(detail::as_matrix(keys), ws.K);
+      W_v_.apply(detail::as_matrix(values), ws.V);
+    } else if (detail::same_memory(queries, keys) && detail::same_memory(keys, values)) {  // self: one pass over X
       detail::project_rows<Scalar>(detail::as_matrix(queries),
                                    {into(W_q_, ws.Q, ws.W_q), into(W_k_, ws.K, ws.W_k), into(W_v_, ws.V, ws.W_v)});
     } else {
@@ -188,19 +197,19 @@ class MultiHeadAttention : public detail::AttentionPathModule<MultiHeadAttention
     const auto Kh = detail::heads_of(K, batch, num_keys, num_heads_);     // (batch, k) steps of h heads of d
     const auto Vh = detail::heads_of(V, batch, num_keys, num_heads_);     // (batch, k) steps of h heads of d
     const auto out = detail::heads_of(ws.heads, batch, num_queries, num_heads_);
-    if (tiled) {
-      Scalar* lse = nullptr;
-      if (record != nullptr) {
-        record->lse.resize(batch, num_queries, num_heads_);  // (batch, q, heads)
-        lse = record->lse.data();
-      }
-      detail::core::forward(detail::core::scaled_call<Scalar>(Qh, Kh, Vh, mask, dropout), out, lse, ws.core);
-    } else {
+    if (tiled) {  // the record's lse (batch, q, heads), when there is a record
+      detail::attention_heads<Scalar>(Qh, Kh, Vh, mask, {}, dropout, record != nullptr ? &record->lse : nullptr, out,
+                                      ws.core);
+    } else if constexpr (!detail::is_reduced<Scalar>) {
       detail::scaled_dot_product_heads<Scalar>(Qh, Kh, Vh, mask, weights != nullptr ? *weights : ws.weights, out,
                                                dropout, &ws.direct);
     }
 
-    detail::project_rows<Scalar>(ws.heads, {detail::projection(W_o_.weight(), W_o_.bias(), output.data(), &ws.W_o)});
+    if constexpr (detail::is_reduced<Scalar>)
+      W_o_.apply(ws.heads, Eigen::Map<Matrix<Scalar>>(output.data(), batch * num_queries, num_hiddens));
+    else
+      detail::project_rows<Scalar>(ws.heads,
+                                   {detail::projection(W_o_.weight(), W_o_.bias(), output.data(), &ws.W_o)});
     if (record != nullptr) {  // the record takes the buffers; the workspace gets the previous record's, same sizes
       record->Q.swap(ws.Q);
       record->K.swap(ws.K);

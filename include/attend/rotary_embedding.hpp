@@ -100,7 +100,7 @@ class RotaryEmbedding {
 
  private:
   // The type cos, sin and the rotation are computed in: Scalar, or float for a Scalar narrower than float.
-  using Compute = std::conditional_t<std::is_floating_point_v<Scalar>, Scalar, float>;
+  using Compute = detail::compute_type<Scalar>;
   // Pairs whose cos and sin are computed together before they are applied to every batch row and head.
   static constexpr Index chunk = 64;
 

@@ -41,9 +41,10 @@ struct AttentionShape {
 // Throws std::invalid_argument, naming `where` and the argument, unless the score options fit the call.
 template <class Scalar>
 void require_score_options(const ScoreOptions<Scalar>& options, const AttentionShape& s, const char* where) {
-  require(std::isfinite(options.scale), where, ": options.scale must be finite (0 means 1 / sqrt(head_dim)), got ",
-          options.scale);
-  require(std::isfinite(options.softcap) && options.softcap >= Scalar(0), where,
+  using Compute = compute_type<Scalar>;
+  require(std::isfinite(static_cast<Compute>(options.scale)), where,
+          ": options.scale must be finite (0 means 1 / sqrt(head_dim)), got ", options.scale);
+  require(std::isfinite(static_cast<Compute>(options.softcap)) && options.softcap >= Scalar(0), where,
           ": options.softcap must be >= 0 and finite (0: none), got ", options.softcap);
   require(options.alibi_slopes.empty() || static_cast<Index>(options.alibi_slopes.size()) == s.heads, where,
           ": options.alibi_slopes must be empty or hold one slope per query head, ", s.heads, ", got ",
@@ -95,45 +96,7 @@ core::Buffers<Scalar>& attention_buffers() {
   return buffers;
 }
 
-// The forward pass over checked heads views: out (batch, Q, H * dv); lse resized to (batch, Q, H) when not null.
-template <class Scalar>
-void attention_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K, const Heads<const Scalar>& V,
-                     const Mask& mask, const ScoreOptions<Scalar>& options, const AttentionDropout& dropout,
-                     Tensor3<Scalar>* lse, const Heads<Scalar>& out, core::Buffers<Scalar>& buffers) {
-  core::Call<Scalar> call{Q,      K, V, &mask, core::score_rule(options, Q.batch, Q.count, Q.length, K.length, Q.dim),
-                          dropout};
-  if (lse != nullptr) lse->resize(Q.batch, Q.length, Q.count);
-  core::forward(call, out, lse != nullptr ? lse->data() : nullptr, buffers);
-}
-
-// The checks of a whole-sequence call on maps of its queries, keys and values, in order: heads, keys and values,
-// mask, score options (of float for a reduced Scalar), out.
-template <class Scalar, class Map, class Options>
-void require_call(const Map& q, const Map& k, const Map& v, Index num_heads, Index num_kv_heads, const Mask& mask,
-                  const ScoreOptions<Options>& options, const Eigen::TensorMap<Tensor3<Scalar>>& out,
-                  const char* where) {
-  AttentionShape s = attention_shape<Scalar>(q, num_heads, num_kv_heads, where);
-  require_keys_values<Scalar>(k, v, s, where);
-  mask.require_shape(s.batch, s.queries, s.keys, where);
-  require_score_options(options, s, where);
-  require_out<Scalar>(out, output_shape(s), where, output_axes, {{&q, "queries"}, {&k, "keys"}, {&v, "values"}});
-}
-
-// Attention of float or double, on the level's kernels.
-template <class Scalar, class Queries, class Keys, class Values>
-void full_attention_into(const Queries& queries, const Keys& keys, const Values& values, Index num_heads,
-                         Index num_kv_heads, const Mask& mask, const ScoreOptions<Scalar>& options,
-                         Tensor3<Scalar>* lse, const Eigen::TensorMap<Tensor3<Scalar>>& out, const char* where) {
-  const auto q = input3<Scalar>(queries);
-  const auto k = input3<Scalar>(keys);
-  const auto v = input3<Scalar>(values);
-  require_call<Scalar>(q, k, v, num_heads, num_kv_heads, mask, options, out, where);
-  attention_heads<Scalar>(heads_of_map<const Scalar>(q, num_heads), heads_of_map<const Scalar>(k, num_kv_heads),
-                          heads_of_map<const Scalar>(v, num_kv_heads), mask, options, AttentionDropout{}, lse,
-                          heads_of_map<Scalar>(out, num_heads), attention_buffers<Scalar>());
-}
-
-// A tensor, and score options, of a reduced type (bfloat16) as float: exact.
+// The float copies of a bfloat16 call's operands.
 template <class Map>
 Tensor3<float> widened3(Isa isa, const Map& X) {
   Tensor3<float> wide(X.dimensions());
@@ -150,41 +113,92 @@ ScoreOptions<float> widened_options(Isa isa, const ScoreOptions<Scalar>& options
   return wide;
 }
 
-// Attention of bfloat16: the arguments checked as given, the work in float on their widened copies, the output (and
-// lse) rounded to bfloat16 once. The float kernels do the work; the copies cost a pass over Q, K and V.
-template <class Scalar, class Queries, class Keys, class Values>
-void reduced_attention_into(const Queries& queries, const Keys& keys, const Values& values, Index num_heads,
-                            Index num_kv_heads, const Mask& mask, const ScoreOptions<Scalar>& options,
-                            Tensor3<Scalar>* lse, const Eigen::TensorMap<Tensor3<Scalar>>& out, const char* where) {
-  const auto q = input3<Scalar>(queries);
-  const auto k = input3<Scalar>(keys);
-  const auto v = input3<Scalar>(values);
-  const Isa isa = active_isa();
-  const ScoreOptions<float> wide_options = widened_options(isa, options);
-  require_call<Scalar>(q, k, v, num_heads, num_kv_heads, mask, wide_options, out, where);
-  const Tensor3<float> Q = widened3(isa, q), K = widened3(isa, k), V = widened3(isa, v);
-  Tensor3<float> O(out.dimensions()), L;  // (batch, queries, num_heads * value_dim), (batch, queries, num_heads)
-  attention_heads<float>(heads_of_map<const float>(Q, num_heads), heads_of_map<const float>(K, num_kv_heads),
-                         heads_of_map<const float>(V, num_kv_heads), mask, wide_options, AttentionDropout{},
-                         lse != nullptr ? &L : nullptr, heads_of_map<float>(O, num_heads), attention_buffers<float>());
-  narrow(isa, O.data(), O.size(), out.data());
-  if (lse != nullptr) {
-    lse->resize(L.dimensions());
-    narrow(isa, L.data(), L.size(), lse->data());
+// A compact float copy of heads like X at `to`: head h of batch row b is the (length, dim) rows from
+// ((b * count + h) * length) * dim on.
+template <class Element, class From>
+Heads<Element> compact_heads(const Heads<From>& X, Element* to) {
+  return {to, X.dim, X.count * X.length, X.batch, X.length, X.count, X.dim, X.length * X.dim};
+}
+// X widened into `to` (X.batch * X.count * X.length * X.dim floats); returns the copy's view.
+inline Heads<const float> widened_heads(Isa isa, const Heads<const bfloat16>& X, float* to) {
+  const Heads<float> wide = compact_heads<float>(X, to);
+  if (X.length > 0 && X.dim > 0)
+    for (Index b = 0; b < X.batch; ++b)
+      for (Index h = 0; h < X.count; ++h) {
+        if (X.row_stride == X.dim) {  // the head's steps one after another: one run
+          widen(isa, X.at(b, h, 0), X.length * X.dim, wide.at(b, h, 0));
+          continue;
+        }
+        for (Index t = 0; t < X.length; ++t) widen(isa, X.at(b, h, t), X.dim, wide.at(b, h, t));
+      }
+  return {wide.data, wide.row_stride, wide.batch_rows, wide.batch, wide.length, wide.count, wide.dim, wide.head_stride};
+}
+// out = wide, each element rounded to bfloat16 once.
+inline void narrowed_heads(Isa isa, const Heads<float>& wide, const Heads<bfloat16>& out) {
+  if (out.length == 0 || out.dim == 0) return;
+  for (Index b = 0; b < out.batch; ++b)
+    for (Index h = 0; h < out.count; ++h)
+      for (Index t = 0; t < out.length; ++t) narrow(isa, wide.at(b, h, t), out.dim, out.at(b, h, t));
+}
+inline Index heads_size(const Heads<const bfloat16>& X) { return X.batch * X.count * X.length * X.dim; }
+
+// The forward pass over checked heads views: out (batch, Q, H * dv); lse resized to (batch, Q, H) when not null.
+// bfloat16 runs the float core on widened copies of Q, K and V (in buffers.widened), and out and lse are rounded once.
+template <class Scalar>
+void attention_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K, const Heads<const Scalar>& V,
+                     const Mask& mask, const ScoreOptions<Scalar>& options, const AttentionDropout& dropout,
+                     Tensor3<Scalar>* lse, const Heads<Scalar>& out, core::Buffers<Scalar>& buffers) {
+  if constexpr (is_reduced<Scalar>) {
+    const Isa isa = active_isa();
+    const Index q = heads_size(Q), k = heads_size(K), v = heads_size(V);
+    buffers.widened.resize(q + k + v + out.batch * out.count * out.length * out.dim);
+    float* const wide = buffers.widened.data();  // Q, K, V, then the output, each compact
+    const Heads<float> wide_out = compact_heads<float>(out, wide + q + k + v);
+    Tensor3<float>* const wide_lse = lse != nullptr ? &buffers.widened_lse : nullptr;
+    attention_heads<float>(widened_heads(isa, Q, wide), widened_heads(isa, K, wide + q),
+                           widened_heads(isa, V, wide + q + k), mask, widened_options(isa, options), dropout, wide_lse,
+                           wide_out, buffers);
+    narrowed_heads(isa, wide_out, out);
+    if (lse != nullptr) {
+      lse->resize(wide_lse->dimensions());
+      narrow(isa, wide_lse->data(), wide_lse->size(), lse->data());
+    }
+  } else {
+    core::Call<Scalar> call{Q,     K, V, &mask, core::score_rule(options, Q.batch, Q.count, Q.length, K.length, Q.dim),
+                            dropout};
+    if (lse != nullptr) lse->resize(Q.batch, Q.length, Q.count);
+    core::forward(call, out, lse != nullptr ? lse->data() : nullptr, buffers);
   }
 }
 
+// The checks of a whole-sequence call on maps of its queries, keys and values, in order: heads, keys and values,
+// mask, score options, out.
+template <class Scalar, class Map>
+void require_call(const Map& q, const Map& k, const Map& v, Index num_heads, Index num_kv_heads, const Mask& mask,
+                  const ScoreOptions<Scalar>& options, const Eigen::TensorMap<Tensor3<Scalar>>& out,
+                  const char* where) {
+  AttentionShape s = attention_shape<Scalar>(q, num_heads, num_kv_heads, where);
+  require_keys_values<Scalar>(k, v, s, where);
+  mask.require_shape(s.batch, s.queries, s.keys, where);
+  require_score_options(options, s, where);
+  require_out<Scalar>(out, output_shape(s), where, output_axes, {{&q, "queries"}, {&k, "keys"}, {&v, "values"}});
+}
+
+// A whole-sequence call: its checks, then the forward pass.
 template <class Scalar, class Queries, class Keys, class Values>
 void attention_into(const Queries& queries, const Keys& keys, const Values& values, Index num_heads, Index num_kv_heads,
                     const Mask& mask, const ScoreOptions<Scalar>& options, Tensor3<Scalar>* lse,
                     const Eigen::TensorMap<Tensor3<Scalar>>& out, const char* where) {
-  if constexpr (is_reduced<Scalar>) {
-    reduced_attention_into<Scalar>(queries, keys, values, num_heads, num_kv_heads, mask, options, lse, out, where);
-  } else {
-    full_attention_into<Scalar>(queries, keys, values, num_heads, num_kv_heads, mask, options, lse, out, where);
-  }
+  const auto q = input3<Scalar>(queries);
+  const auto k = input3<Scalar>(keys);
+  const auto v = input3<Scalar>(values);
+  require_call<Scalar>(q, k, v, num_heads, num_kv_heads, mask, options, out, where);
+  attention_heads<Scalar>(heads_of_map<const Scalar>(q, num_heads), heads_of_map<const Scalar>(k, num_kv_heads),
+                          heads_of_map<const Scalar>(v, num_kv_heads), mask, options, AttentionDropout{}, lse,
+                          heads_of_map<Scalar>(out, num_heads), attention_buffers<Scalar>());
 }
 
+// A tensor, and score options, of a reduced type (bfloat16) as float: exact.
 template <class Scalar, class Queries>
 void cached_attention_into(const Queries& queries, const KVCache<Scalar>& cache, Index num_heads, const Mask& mask,
                            const ScoreOptions<Scalar>& options, Tensor3<Scalar>* lse,
@@ -278,34 +292,38 @@ AttentionGradients<Scalar> scaled_dot_product_attention_backward(
     const GradOutput& grad_output, Index num_heads, Index num_kv_heads, const Mask& mask = {},
     const ScoreOptions<detail::non_deduced<Scalar>>& options = {}) {
   static_assert(!detail::is_reduced<Scalar>, "attend: scaled_dot_product_attention_backward takes float or double");
-  constexpr const char* where = "scaled_dot_product_attention_backward";
-  const auto q = detail::input3<Scalar>(queries);
-  const auto k = detail::input3<Scalar>(keys);
-  const auto v = detail::input3<Scalar>(values);
-  const auto o = detail::input3<Scalar>(output);
-  const auto l = detail::input3<Scalar>(lse);
-  const auto g = detail::input3<Scalar>(grad_output);
-  detail::AttentionShape s = detail::attention_shape<Scalar>(q, num_heads, num_kv_heads, where);
-  detail::require_keys_values<Scalar>(k, v, s, where);
-  mask.require_shape(s.batch, s.queries, s.keys, where);
-  detail::require_score_options(options, s, where);
-  const std::array<Index, 3> out_shape{s.batch, s.queries, s.heads * s.value_dim};
-  detail::require(o.dimensions() == out_shape, where, ": output must have shape ", detail::shape_text(out_shape),
-                  " (batch, queries, num_heads * value_dim), got ", detail::shape_text(o.dimensions()));
-  detail::require(g.dimensions() == out_shape, where, ": grad_output must have shape ", detail::shape_text(out_shape),
-                  " (the output's), got ", detail::shape_text(g.dimensions()));
-  const std::array<Index, 3> lse_shape{s.batch, s.queries, s.heads};
-  detail::require(l.dimensions() == lse_shape, where, ": lse must have shape ", detail::shape_text(lse_shape),
-                  " (batch, queries, num_heads), got ", detail::shape_text(l.dimensions()));
-  AttentionGradients<Scalar> grads{Tensor3<Scalar>(q.dimensions()), Tensor3<Scalar>(k.dimensions()),
-                                   Tensor3<Scalar>(v.dimensions())};
-  detail::attention_backward_heads<Scalar>(
-      detail::heads_of_map<const Scalar>(q, num_heads), detail::heads_of_map<const Scalar>(k, num_kv_heads),
-      detail::heads_of_map<const Scalar>(v, num_kv_heads), detail::heads_of_map<const Scalar>(o, num_heads), l.data(),
-      detail::heads_of_map<const Scalar>(g, num_heads), mask, options, detail::AttentionDropout{},
-      detail::heads_of_map<Scalar>(grads.queries, num_heads), detail::heads_of_map<Scalar>(grads.keys, num_kv_heads),
-      detail::heads_of_map<Scalar>(grads.values, num_kv_heads), detail::attention_buffers<Scalar>());
-  return grads;
+  if constexpr (!detail::is_reduced<Scalar>) {  // the body of float and double only
+    constexpr const char* where = "scaled_dot_product_attention_backward";
+    const auto q = detail::input3<Scalar>(queries);
+    const auto k = detail::input3<Scalar>(keys);
+    const auto v = detail::input3<Scalar>(values);
+    const auto o = detail::input3<Scalar>(output);
+    const auto l = detail::input3<Scalar>(lse);
+    const auto g = detail::input3<Scalar>(grad_output);
+    detail::AttentionShape s = detail::attention_shape<Scalar>(q, num_heads, num_kv_heads, where);
+    detail::require_keys_values<Scalar>(k, v, s, where);
+    mask.require_shape(s.batch, s.queries, s.keys, where);
+    detail::require_score_options(options, s, where);
+    const std::array<Index, 3> out_shape{s.batch, s.queries, s.heads * s.value_dim};
+    detail::require(o.dimensions() == out_shape, where, ": output must have shape ", detail::shape_text(out_shape),
+                    " (batch, queries, num_heads * value_dim), got ", detail::shape_text(o.dimensions()));
+    detail::require(g.dimensions() == out_shape, where, ": grad_output must have shape ", detail::shape_text(out_shape),
+                    " (the output's), got ", detail::shape_text(g.dimensions()));
+    const std::array<Index, 3> lse_shape{s.batch, s.queries, s.heads};
+    detail::require(l.dimensions() == lse_shape, where, ": lse must have shape ", detail::shape_text(lse_shape),
+                    " (batch, queries, num_heads), got ", detail::shape_text(l.dimensions()));
+    AttentionGradients<Scalar> grads{Tensor3<Scalar>(q.dimensions()), Tensor3<Scalar>(k.dimensions()),
+                                     Tensor3<Scalar>(v.dimensions())};
+    detail::attention_backward_heads<Scalar>(
+        detail::heads_of_map<const Scalar>(q, num_heads), detail::heads_of_map<const Scalar>(k, num_kv_heads),
+        detail::heads_of_map<const Scalar>(v, num_kv_heads), detail::heads_of_map<const Scalar>(o, num_heads), l.data(),
+        detail::heads_of_map<const Scalar>(g, num_heads), mask, options, detail::AttentionDropout{},
+        detail::heads_of_map<Scalar>(grads.queries, num_heads), detail::heads_of_map<Scalar>(grads.keys, num_kv_heads),
+        detail::heads_of_map<Scalar>(grads.values, num_kv_heads), detail::attention_buffers<Scalar>());
+    return grads;
+  } else {
+    return {};  // not reached: the assertion stops the build
+  }
 }
 
 }  // namespace ATTEND_ABI

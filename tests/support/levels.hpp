@@ -20,4 +20,16 @@ inline std::vector<attend::Isa> levels() {
 // Every level this CPU can run, best first: each takes bfloat16 products its own way (detail/bf16_products.hpp).
 inline std::vector<attend::Isa> bf16_levels() { return attend::available_isas(); }
 
+// The level in force until the scope ends, then the one before.
+class ForcedLevel {
+ public:
+  explicit ForcedLevel(attend::Isa isa) : before_(attend::active_isa()) { attend::set_isa(isa); }
+  ~ForcedLevel() { attend::set_isa(before_); }
+  ForcedLevel(const ForcedLevel&) = delete;
+  ForcedLevel& operator=(const ForcedLevel&) = delete;
+
+ private:
+  attend::Isa before_;
+};
+
 }  // namespace attend_test

@@ -68,15 +68,18 @@ Call<Scalar> scaled_call(const Heads<const Scalar>& Q, const Heads<const Scalar>
   return {Q, K, V, &mask, score_rule(ScoreOptions<Scalar>{}, Q.batch, Q.count, Q.length, K.length, Q.dim), dropout};
 }
 
-// Grow-only memory of the core: a repeated call of one shape allocates nothing.
+// Grow-only memory of the core: a repeated call of one shape allocates nothing. Its elements are of the type the
+// arithmetic runs in, so that a call on bfloat16 hands the same buffers to the float core it runs on (Buffers<Scalar>).
 template <class Scalar>
-struct Buffers {
+struct BuffersOf {
   std::vector<PacketBuffer<Scalar>> scratch;   // one per thread, packet-aligned: packed panels and tiles
   std::vector<std::vector<VisibleKeys>> rows;  // one per thread: the visible keys of a block's query rows
   Vector<Scalar> partial;                      // the decoding spans' acc, m and l
   Vector<Scalar> deltas;                       // the backward pass's D, (batch, Q, H)
   PacketBuffer<Scalar> keys_packed;            // K^T of every key block, packed once for all its query blocks
   PacketBuffer<Scalar> values_packed;          // the values of every key block, likewise
+  PacketBuffer<Scalar> widened;                // a reduced call's Q, K, V and output, widened to Scalar
+  Tensor3<Scalar> widened_lse;                 // a reduced call's lse before rounding, (batch, Q, H)
 
   // Per thread: `size` Scalars and `rows` VisibleKeys.
   void reserve(Index size, Index rows_per_block) {
@@ -91,6 +94,8 @@ struct Buffers {
     if (v.size() < size) v.resize(size);
   }
 };
+template <class Scalar>
+using Buffers = BuffersOf<compute_type<Scalar>>;
 
 // The union of the visible ranges of a block's rows, [first, last) ([0, 0) when none sees a key), after filling
 // keys[i] for the rows q0 .. q0 + rows - 1 of batch row b.

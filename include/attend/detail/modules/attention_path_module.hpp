@@ -6,7 +6,8 @@
 // of the last operator() call for backward(), and it runs the calls: check the arguments, choose the path
 // (attention_path.hpp), draw the call's dropout seed, run the derived class's forward pass, keep or drop the
 // weights, record; and backward(): check, then the derived class's backward pass on the record. Nothing is changed
-// before the arguments are checked, so a call that throws at the door leaves the module as it was.
+// before the arguments are checked, so a call that throws at the door leaves the module as it was. Of bfloat16
+// (evaluation only), operator() runs the tiled path and records nothing, and backward() does not compile.
 //
 // Derived provides (this class is its friend):
 //   static constexpr const char* name           "DotProductAttention": the prefix of its messages
@@ -88,16 +89,21 @@ class AttentionPathModule : public Module {
   // throws changes nothing.
   template <class GradOutput>
   AttentionGradients<Scalar> backward(const GradOutput& grad_output_in) {
-    const ConstTensorMap3<Scalar> grad_output = input3<Scalar>(grad_output_in);
-    const std::string where = message(Derived::name, "::backward");
-    require_recorded(recorded_, where.c_str(), Derived::name);
-    derived().check_backward(where.c_str());
-    const Tensor3<Scalar>& queries = record_.queries;
-    require_shape(grad_output,
-                  {queries.dimension(0), queries.dimension(1), derived().output_features(record_.values_in())},
-                  where.c_str(), "grad_output", "(batch, queries, output features)");
-    return derived().backward_pass(record_, record_.tiled ? nullptr : &attention_weights_, grad_output,
-                                   heads_backward_);
+    static_assert(!is_reduced<Scalar>, "attend: attention modules of bfloat16 run in evaluation only; train in float");
+    if constexpr (!is_reduced<Scalar>) {  // the body of float and double only
+      const ConstTensorMap3<Scalar> grad_output = input3<Scalar>(grad_output_in);
+      const std::string where = message(Derived::name, "::backward");
+      require_recorded(recorded_, where.c_str(), Derived::name);
+      derived().check_backward(where.c_str());
+      const Tensor3<Scalar>& queries = record_.queries;
+      require_shape(grad_output,
+                    {queries.dimension(0), queries.dimension(1), derived().output_features(record_.values_in())},
+                    where.c_str(), "grad_output", "(batch, queries, output features)");
+      return derived().backward_pass(record_, record_.tiled ? nullptr : &attention_weights_, grad_output,
+                                     heads_backward_);
+    } else {
+      return {};  // not reached: the assertion stops the build
+    }
   }
 
   template <class Queries, class Keys, class Values>
@@ -128,7 +134,13 @@ class AttentionPathModule : public Module {
                   nullptr, out);
   }
 
-  void set_path(AttentionPath path) { path_ = checked_path(path, Derived::name); }
+  // bfloat16 takes the tiled path only: the direct one keeps the weights, of the training and float arithmetic.
+  void set_path(AttentionPath path) {
+    const AttentionPath checked = checked_path(path, Derived::name);
+    require(!is_reduced<Scalar> || checked != AttentionPath::direct, Derived::name,
+            "::set_path: bfloat16 takes the tiled path only, got AttentionPath::direct");
+    path_ = checked;
+  }
   AttentionPath path() const { return path_; }
   // True when the last operator() took the tiled path (and so kept no attention weights).
   bool last_call_tiled() const { return last_call_tiled_; }
@@ -149,13 +161,20 @@ class AttentionPathModule : public Module {
   Derived& derived() { return static_cast<Derived&>(*this); }
 
   bool takes_tiled(const ConstTensorMap3<Scalar>& queries, const ConstTensorMap3<Scalar>& keys) const {
-    return takes_tiled_path<Scalar>(path_, derived().weights_count(queries, keys));
+    return is_reduced<Scalar> || takes_tiled_path<Scalar>(path_, derived().weights_count(queries, keys));
   }
 
   // operator() on maps of its arguments.
   Tensor3<Scalar> call(const ConstTensorMap3<Scalar>& queries, const ConstTensorMap3<Scalar>& keys,
                        const ConstTensorMap3<Scalar>& values, const Mask& mask) {
     derived().check(queries, keys, values, mask, Derived::name);
+    if constexpr (is_reduced<Scalar>) {  // evaluation only: nothing to keep, nothing dropped
+      Tensor3<Scalar> output(queries.dimension(0), queries.dimension(1), derived().output_features(values));
+      derived().run(queries, keys, values, mask, workspace_, nullptr, AttentionDropout(), true, nullptr,
+                    output3<Scalar>(output));
+      last_call_tiled_ = true;
+      return output;
+    }
     const bool drop = is_training() && derived().dropout() > Scalar(0);
     const bool tiled = takes_tiled(queries, keys);
     recorded_ = false;  // until this call's record is complete

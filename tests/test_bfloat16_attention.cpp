@@ -1,0 +1,257 @@
+// Attention in bfloat16 (evaluation only): scaled_dot_product_attention on whole sequences and against a KVCache,
+// against the definition in double on the same bfloat16 values within the bound of its float arithmetic and one
+// rounding; RotaryEmbedding's rotation likewise; MultiHeadAttention and GroupedQueryAttention (whole sequences and
+// decoding through the cache) bit for bit their definitions composed of those tested pieces: each projection a
+// Linear<bfloat16>, the rotation, then the attention, each result rounded once. Every level this CPU has, forced in
+// turn.
+#include <attend/grouped_query_attention.hpp>
+#include <attend/kv_cache.hpp>
+#include <attend/linear.hpp>
+#include <attend/mask.hpp>
+#include <attend/multi_head_attention.hpp>
+#include <attend/random.hpp>
+#include <attend/rotary_embedding.hpp>
+#include <attend/scaled_dot_product_attention.hpp>
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <support/bfloat16.hpp>
+#include <support/levels.hpp>
+#include <vector>
+
+using attend::bfloat16;
+using attend::Generator;
+using attend::Index;
+using attend::Isa;
+using attend::Mask;
+using attend::Tensor3;
+using attend_test::ForcedLevel;
+using attend_test::random_bf16;
+using attend_test::same_bits;
+
+namespace {
+
+struct Ratios {
+  double output = 0, lse = 0;  // the largest |result - definition| / bound of each
+};
+
+// The largest ratios over O and lse of their error to its bound, for attention of Q (batch, nq, heads * d) on K and V
+// (batch, nk, kv_heads * d), no mask or causal (aligned bottom-right: query q sees keys 0 .. q + nk - nq). The
+// definition: softmax(Q K^T / sqrt(d)) V in double on the same bfloat16 values, grouped-query heads. Bound of one
+// output: a score's float error ds = (d + 2) 2^-24 scale max_j sum_i |q_i k_ji| moves each weight by at most 2 ds of
+// itself; the weights' and the weighted sum's float rounding (and exp's, within a few units) stay within
+// (keys + 16) 2^-24; both times max |v|; then the rounding to bfloat16, 2^-8 of the result. lse: its float error
+// within (d + keys + 16) 2^-24 of the larger of its terms, then rounded.
+Ratios attention_ratios(const Tensor3<bfloat16>& Q, const Tensor3<bfloat16>& K, const Tensor3<bfloat16>& V,
+                        Index heads, Index kv_heads, bool causal, const Tensor3<bfloat16>& O,
+                        const Tensor3<bfloat16>& lse) {
+  const Index batch = Q.dimension(0), nq = Q.dimension(1), nk = K.dimension(1), d = Q.dimension(2) / heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d)), unit = std::ldexp(1.0, -24);
+  Ratios worst;
+  for (Index b = 0; b < batch; ++b)
+    for (Index h = 0; h < heads; ++h)
+      for (Index q = 0; q < nq; ++q) {
+        const Index g = h / (heads / kv_heads), keys = causal ? q + nk - nq + 1 : nk;
+        std::vector<double> score(static_cast<std::size_t>(keys));
+        double largest = -INFINITY, magnitude = 0, v_max = 0;
+        for (Index j = 0; j < keys; ++j) {
+          double dot = 0, absolute = 0;
+          for (Index i = 0; i < d; ++i) {
+            const double product = static_cast<double>(Q(b, q, h * d + i)) * static_cast<double>(K(b, j, g * d + i));
+            dot += product;
+            absolute += std::abs(product);
+          }
+          score[static_cast<std::size_t>(j)] = scale * dot;
+          largest = std::max(largest, scale * dot);
+          magnitude = std::max(magnitude, scale * absolute);
+          for (Index i = 0; i < d; ++i) v_max = std::max(v_max, std::abs(static_cast<double>(V(b, j, g * d + i))));
+        }
+        double total = 0;
+        for (double sc : score) total += std::exp(sc - largest);
+        const double lse_expected = largest + std::log(total);
+        const double lse_bound = (static_cast<double>(d + keys) + 16) * unit * (std::abs(largest) + magnitude + 1) +
+                                 std::ldexp(1.0, -8) * std::abs(lse_expected);
+        worst.lse = std::max(worst.lse, std::abs(static_cast<double>(lse(b, q, h)) - lse_expected) / lse_bound);
+        const double ds = static_cast<double>(d + 2) * unit * magnitude;
+        const double computing = v_max * (2 * ds + static_cast<double>(keys + 16) * unit);
+        for (Index i = 0; i < d; ++i) {
+          double expected = 0;
+          for (Index j = 0; j < keys; ++j)
+            expected += std::exp(score[static_cast<std::size_t>(j)] - largest) / total *
+                        static_cast<double>(V(b, j, g * d + i));
+          const double bound = computing + std::ldexp(1.0, -8) * (std::abs(expected) + computing);
+          worst.output = std::max(worst.output, std::abs(static_cast<double>(O(b, q, h * d + i)) - expected) / bound);
+        }
+      }
+  return worst;
+}
+
+// Steps [from, from + count) of X (batch, steps, features).
+Tensor3<bfloat16> steps_of(const Tensor3<bfloat16>& X, Index from, Index count) {
+  const std::array<Index, 3> offsets{0, from, 0}, extents{X.dimension(0), count, X.dimension(2)};
+  return X.slice(offsets, extents);
+}
+
+Tensor3<bfloat16> project(const attend::Linear<bfloat16>& layer, const Tensor3<bfloat16>& X) {
+  return layer.forward(X);
+}
+
+}  // namespace
+
+TEST_CASE("scaled_dot_product_attention<bfloat16>: in float on the stored values, the output rounded once",
+          "[bfloat16]") {
+  // Grouped-query heads (4 query heads on 2 key/value heads), no mask and causal.
+  const bool causal = GENERATE(false, true);
+  CAPTURE(causal);
+  const Index batch = 2, steps = 9, heads = 4, kv_heads = 2, d = 8;
+  const Tensor3<bfloat16> Q = random_bf16(batch, steps, heads * d, 71);     // (2, 9, 32)
+  const Tensor3<bfloat16> K = random_bf16(batch, steps, kv_heads * d, 72);  // (2, 9, 16)
+  const Tensor3<bfloat16> V = random_bf16(batch, steps, kv_heads * d, 73);  // (2, 9, 16)
+  const Mask mask = causal ? Mask::causal() : Mask{};
+  for (Isa isa : attend_test::bf16_levels()) {
+    CAPTURE(attend::isa_name(isa));
+    const ForcedLevel level(isa);
+    Tensor3<bfloat16> lse;
+    const Tensor3<bfloat16> O = attend::scaled_dot_product_attention(Q, K, V, heads, kv_heads, mask, {}, &lse);
+    REQUIRE(O.dimension(2) == heads * d);
+    REQUIRE(lse.dimension(2) == heads);
+    const Ratios worst = attention_ratios(Q, K, V, heads, kv_heads, causal, O, lse);
+    CHECK(worst.output <= 1.0);
+    CHECK(worst.lse <= 1.0);
+  }
+  // The checks of the float call, on the bfloat16 arguments: a wrong head count is refused, naming it.
+  REQUIRE_THROWS_WITH(attend::scaled_dot_product_attention(Q, K, V, 3, kv_heads),
+                      Catch::Contains("num_kv_heads must be >= 1 and divide num_heads (3)"));
+}
+
+TEST_CASE("scaled_dot_product_attention<bfloat16> against a KVCache<bfloat16>: its steps read in place", "[bfloat16]") {
+  // Steps appended in two pieces to a cache with room to spare, then queries for the last 3 positions attend to all of
+  // them: the definition on the appended keys and values, aligned bottom-right.
+  const Index batch = 2, heads = 4, kv_heads = 2, d = 8, first = 7, second = 5, queries = 3;
+  const Tensor3<bfloat16> K = random_bf16(batch, first + second, kv_heads * d, 81);  // (2, 12, 16)
+  const Tensor3<bfloat16> V = random_bf16(batch, first + second, kv_heads * d, 82);  // (2, 12, 16)
+  const Tensor3<bfloat16> Q = random_bf16(batch, queries, heads * d, 83);            // (2, 3, 32)
+  attend::KVCache<bfloat16> cache(batch, kv_heads, d, 20);
+  cache.append(steps_of(K, 0, first), steps_of(V, 0, first));
+  cache.append(steps_of(K, first, second), steps_of(V, first, second));
+  REQUIRE(cache.size() == first + second);
+  const bool causal = GENERATE(false, true);
+  CAPTURE(causal);
+  for (Isa isa : attend_test::bf16_levels()) {
+    CAPTURE(attend::isa_name(isa));
+    const ForcedLevel level(isa);
+    Tensor3<bfloat16> lse;
+    const Tensor3<bfloat16> O =
+        attend::scaled_dot_product_attention(Q, cache, heads, causal ? Mask::causal() : Mask{}, {}, &lse);
+    const Ratios worst = attention_ratios(Q, K, V, heads, kv_heads, causal, O, lse);
+    CHECK(worst.output <= 1.0);
+    CHECK(worst.lse <= 1.0);
+  }
+}
+
+TEST_CASE("RotaryEmbedding<bfloat16>: each pair rotated in float, rounded once", "[bfloat16]") {
+  // The definition: (x1 cos a - x2 sin a, x2 cos a + x1 sin a), a = p base^(-2i/d), in double on the same values.
+  // Bound: cos and sin rounded to float (2^-24 each), two products and a sum in float (3 units), of |x1| + |x2|; then
+  // the rounding to bfloat16, 2^-8 of the result.
+  const bool interleaved = GENERATE(false, true);
+  CAPTURE(interleaved);
+  const Index batch = 2, steps = 6, heads = 3, d = 16, start = 40;
+  const Tensor3<bfloat16> X = random_bf16(batch, steps, heads * d, 91);  // (2, 6, 48)
+  Tensor3<bfloat16> Y = X;
+  const attend::RotaryEmbedding<bfloat16> rope(d, 10000, interleaved);
+  rope.apply(Y, heads, start);
+  double worst = 0;
+  for (Index b = 0; b < batch; ++b)
+    for (Index t = 0; t < steps; ++t)
+      for (Index h = 0; h < heads; ++h)
+        for (Index i = 0; i < d / 2; ++i) {
+          const Index k1 = h * d + (interleaved ? 2 * i : i), k2 = h * d + (interleaved ? 2 * i + 1 : i + d / 2);
+          const double x1 = static_cast<double>(X(b, t, k1)), x2 = static_cast<double>(X(b, t, k2));
+          const double angle = static_cast<double>(start + t) * std::pow(10000.0, -2.0 * static_cast<double>(i) / d);
+          const double y1 = x1 * std::cos(angle) - x2 * std::sin(angle), y2 = x2 * std::cos(angle) + x1 * std::sin(angle);
+          const double computing = 5 * std::ldexp(1.0, -24) * (std::abs(x1) + std::abs(x2));
+          for (const auto& [got, expected] : {std::pair{Y(b, t, k1), y1}, std::pair{Y(b, t, k2), y2}}) {
+            const double bound = computing + std::ldexp(1.0, -8) * (std::abs(expected) + computing);
+            worst = std::max(worst, std::abs(static_cast<double>(got) - expected) / bound);
+          }
+        }
+  CHECK(worst <= 1.0);
+}
+
+TEST_CASE("MultiHeadAttention<bfloat16> is its projections, attention and output projection, each rounded once",
+          "[bfloat16]") {
+  // The definition composed of the pieces tested above: W_o(attention(W_q queries, W_k keys, W_v values)), bit for
+  // bit, for self-attention (dropout 0.5, never applied: evaluation only) and for distinct keys and values under valid
+  // lengths.
+  const Index batch = 2, steps = 7, hiddens = 32, heads = 4;
+  Generator generator(101);
+  attend::MultiHeadAttention<bfloat16> self(hiddens, hiddens, hiddens, hiddens, heads, bfloat16(0.5f), true, generator);
+  attend::MultiHeadAttention<bfloat16> cross(24, hiddens, 20, hiddens, heads, bfloat16(0.0f), true, generator);
+  const Tensor3<bfloat16> X = random_bf16(batch, steps, hiddens, 102);  // (2, 7, 32)
+  const Tensor3<bfloat16> K = random_bf16(batch, 5, 24, 103);           // (2, 5, 24)
+  const Tensor3<bfloat16> V = random_bf16(batch, 5, 20, 104);           // (2, 5, 20)
+  const auto definition = [&](attend::MultiHeadAttention<bfloat16>& m, const Tensor3<bfloat16>& q,
+                              const Tensor3<bfloat16>& k, const Tensor3<bfloat16>& v, const Mask& mask) {
+    const Tensor3<bfloat16> context = attend::scaled_dot_product_attention(
+        project(m.W_q(), q), project(m.W_k(), k), project(m.W_v(), v), heads, heads, mask);
+    return project(m.W_o(), context);  // (batch, q, hiddens)
+  };
+  for (Isa isa : attend_test::bf16_levels()) {
+    CAPTURE(attend::isa_name(isa));
+    const ForcedLevel level(isa);
+    CHECK(same_bits(self.forward(X, X, X, Mask::causal()), definition(self, X, X, X, Mask::causal())));
+    CHECK(same_bits(cross(X, K, V, Mask{4, 2}), definition(cross, X, K, V, Mask{4, 2})));
+    self.train();  // evaluation-mode arithmetic whatever the mode: nothing kept, nothing dropped
+    CHECK(same_bits(self(X, X, X), definition(self, X, X, X, Mask{})));
+    self.eval();
+  }
+}
+
+TEST_CASE("MultiHeadAttention<bfloat16> runs the tiled path only and keeps no gradients", "[bfloat16]") {
+  attend::MultiHeadAttention<bfloat16> attention(16, 16, 16, 16, 2, bfloat16(0.0f));
+  REQUIRE_THROWS_AS(attention.set_path(attend::AttentionPath::direct), std::invalid_argument);
+  REQUIRE_THROWS_WITH(attention.set_path(attend::AttentionPath::direct),
+                      Catch::Contains("bfloat16 takes the tiled path only"));
+  CHECK(attention.path() == attend::AttentionPath::automatic);  // unchanged by the refused call
+  attention.set_path(attend::AttentionPath::tiled);
+  const Tensor3<bfloat16> X = random_bf16(1, 3, 16, 111);
+  static_cast<void>(attention(X, X, X));
+  REQUIRE_THROWS_AS(attention.attention_weights(), std::logic_error);
+  for (const auto& parameter : attention.parameters()) CHECK(parameter.grad == nullptr);
+  CHECK(attention.W_q().weight_grad().size() == 0);
+}
+
+TEST_CASE("GroupedQueryAttention<bfloat16>: rotated projections, attention and output projection, each rounded once; "
+          "decoding through a KVCache<bfloat16> the same",
+          "[bfloat16]") {
+  // Llama's shape: 4 query heads on 2 key/value heads of 8, rotary positions, causal. The definition from the pieces
+  // tested above, bit for bit: Q = rope(W_q X), K = rope(W_k X), V = W_v X, each rounded once, then attention and W_o.
+  // Decoding: steps 0..4 then 5..6 through the cache, each against the same definition on the cache's steps.
+  const Index batch = 2, steps = 7, hiddens = 32, heads = 4, kv_heads = 2, d = 8;
+  Generator generator(121);
+  attend::GroupedQueryAttention<bfloat16> attention(hiddens, heads, kv_heads, 0, false, bfloat16(0.0f), generator);
+  const attend::RotaryEmbedding<bfloat16> rope(d);
+  attention.set_rotary(rope);
+  const Tensor3<bfloat16> X = random_bf16(batch, steps, hiddens, 122);  // (2, 7, 32)
+  // queries rotated from position `start`; keys and values of positions 0 .. end - 1.
+  const auto definition = [&](const Tensor3<bfloat16>& queries_in, Index start, Index end) {
+    Tensor3<bfloat16> Q = project(attention.W_q(), queries_in);                   // (batch, s, heads * d)
+    Tensor3<bfloat16> K = project(attention.W_k(), steps_of(X, 0, end));         // (batch, end, kv_heads * d)
+    const Tensor3<bfloat16> V = project(attention.W_v(), steps_of(X, 0, end));   // (batch, end, kv_heads * d)
+    rope.apply(Q, heads, start);
+    rope.apply(K, kv_heads, 0);
+    return project(attention.W_o(),
+                   attend::scaled_dot_product_attention(Q, K, V, heads, kv_heads, Mask::causal()));
+  };
+  for (Isa isa : attend_test::bf16_levels()) {
+    CAPTURE(attend::isa_name(isa));
+    const ForcedLevel level(isa);
+    CHECK(same_bits(attention.forward(X), definition(X, 0, steps)));
+    CHECK(same_bits(attention(X), definition(X, 0, steps)));
+    attend::KVCache<bfloat16> cache(batch, kv_heads, d, 16);
+    CHECK(same_bits(attention(steps_of(X, 0, 5), cache), definition(steps_of(X, 0, 5), 0, 5)));
+    CHECK(same_bits(attention(steps_of(X, 5, 2), cache), definition(steps_of(X, 5, 2), 5, 7)));
+    CHECK(cache.size() == 7);
+  }
+}
