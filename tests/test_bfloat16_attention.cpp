@@ -127,15 +127,18 @@ TEST_CASE("scaled_dot_product_attention<bfloat16>: in float on the stored values
 
 TEST_CASE("scaled_dot_product_attention<bfloat16> against a KVCache<bfloat16>: its steps read in place", "[bfloat16]") {
   // Steps appended in two pieces to a cache with room to spare, then queries for the last 3 positions attend to all of
-  // them: the definition on the appended keys and values, aligned bottom-right.
-  const Index batch = 2, heads = 4, kv_heads = 2, d = 8, first = 7, second = 5, queries = 3;
-  const Tensor3<bfloat16> K = random_bf16(batch, first + second, kv_heads * d, 81);  // (2, 12, 16)
-  const Tensor3<bfloat16> V = random_bf16(batch, first + second, kv_heads * d, 82);  // (2, 12, 16)
+  // them: the definition on the appended keys and values, aligned bottom-right. 12 steps are widened whole; 600, in
+  // chunks of tuning::bf16_key_chunk merged by their log-sum-exp.
+  const Index length = GENERATE(Index(12), Index(600));
+  CAPTURE(length);
+  const Index batch = 2, heads = 4, kv_heads = 2, d = 8, first = 7, second = length - first, queries = 3;
+  const Tensor3<bfloat16> K = random_bf16(batch, length, kv_heads * d, 81);  // (2, length, 16)
+  const Tensor3<bfloat16> V = random_bf16(batch, length, kv_heads * d, 82);  // (2, length, 16)
   const Tensor3<bfloat16> Q = random_bf16(batch, queries, heads * d, 83);            // (2, 3, 32)
-  attend::KVCache<bfloat16> cache(batch, kv_heads, d, 20);
+  attend::KVCache<bfloat16> cache(batch, kv_heads, d, length + 8);
   cache.append(steps_of(K, 0, first), steps_of(V, 0, first));
   cache.append(steps_of(K, first, second), steps_of(V, first, second));
-  REQUIRE(cache.size() == first + second);
+  REQUIRE(cache.size() == length);
   const bool causal = GENERATE(false, true);
   CAPTURE(causal);
   for (Isa isa : attend_test::bf16_levels()) {
@@ -227,13 +230,14 @@ TEST_CASE("GroupedQueryAttention<bfloat16>: rotated projections, attention and o
           "[bfloat16]") {
   // Llama's shape: 4 query heads on 2 key/value heads of 8, rotary positions, causal. The definition from the pieces
   // tested above, bit for bit: Q = rope(W_q X), K = rope(W_k X), V = W_v X, each rounded once, then attention and W_o.
-  // Decoding: steps 0..4 then 5..6 through the cache, each against the same definition on the cache's steps.
-  const Index batch = 2, steps = 7, hiddens = 32, heads = 4, kv_heads = 2, d = 8;
+  // Decoding: steps 0..4, 5..6, then 7..299 and 300..301 (against keys taken in chunks) through the cache, each
+  // against the same definition on the cache's steps.
+  const Index batch = 2, steps = 302, hiddens = 32, heads = 4, kv_heads = 2, d = 8;
   Generator generator(121);
   attend::GroupedQueryAttention<bfloat16> attention(hiddens, heads, kv_heads, 0, false, bfloat16(0.0f), generator);
   const attend::RotaryEmbedding<bfloat16> rope(d);
   attention.set_rotary(rope);
-  const Tensor3<bfloat16> X = random_bf16(batch, steps, hiddens, 122);  // (2, 7, 32)
+  const Tensor3<bfloat16> X = random_bf16(batch, steps, hiddens, 122);  // (2, 302, 32)
   // queries rotated from position `start`; keys and values of positions 0 .. end - 1.
   const auto definition = [&](const Tensor3<bfloat16>& queries_in, Index start, Index end) {
     Tensor3<bfloat16> Q = project(attention.W_q(), queries_in);                   // (batch, s, heads * d)
@@ -249,9 +253,11 @@ TEST_CASE("GroupedQueryAttention<bfloat16>: rotated projections, attention and o
     const ForcedLevel level(isa);
     CHECK(same_bits(attention.forward(X), definition(X, 0, steps)));
     CHECK(same_bits(attention(X), definition(X, 0, steps)));
-    attend::KVCache<bfloat16> cache(batch, kv_heads, d, 16);
+    attend::KVCache<bfloat16> cache(batch, kv_heads, d, 320);
     CHECK(same_bits(attention(steps_of(X, 0, 5), cache), definition(steps_of(X, 0, 5), 0, 5)));
     CHECK(same_bits(attention(steps_of(X, 5, 2), cache), definition(steps_of(X, 5, 2), 5, 7)));
-    CHECK(cache.size() == 7);
+    CHECK(same_bits(attention(steps_of(X, 7, 293), cache), definition(steps_of(X, 7, 293), 7, 300)));
+    CHECK(same_bits(attention(steps_of(X, 300, 2), cache), definition(steps_of(X, 300, 2), 300, 302)));
+    CHECK(cache.size() == steps);
   }
 }

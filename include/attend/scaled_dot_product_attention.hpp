@@ -26,7 +26,9 @@
 #include <attend/mask.hpp>
 #include <attend/score_options.hpp>
 #include <attend/tensor.hpp>
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 namespace attend {
@@ -141,6 +143,75 @@ inline void narrowed_heads(Isa isa, const Heads<float>& wide, const Heads<bfloat
       for (Index t = 0; t < out.length; ++t) narrow(isa, wide.at(b, h, t), out.dim, out.at(b, h, t));
 }
 inline Index heads_size(const Heads<const bfloat16>& X) { return X.batch * X.count * X.length * X.dim; }
+// Steps first .. first + count - 1 of X.
+inline Heads<const bfloat16> steps_of(const Heads<const bfloat16>& X, Index first, Index count) {
+  Heads<const bfloat16> part = X;
+  part.data += first * X.row_stride;
+  part.length = count;
+  return part;
+}
+
+// Whether a bfloat16 call takes its keys in chunks (tuning::bf16_key_chunk): a decoding call against more keys than
+// a chunk, under no mask or a causal one and no score option that depends on a key's position (ALiBi, a bias), so that
+// every chunk but the last is seen whole by every query.
+inline bool chunks_keys(const Heads<const bfloat16>& Q, const Heads<const bfloat16>& K, const Mask& mask,
+                        const ScoreOptions<bfloat16>& options) {
+  const bool causal_only =
+      mask.is_causal() && mask.valid_lens().empty() && !mask.has_window() && !mask.has_elementwise();
+  return Q.length <= tuning::decode_queries && K.length > tuning::bf16_key_chunk && (mask.empty() || causal_only) &&
+         options.alibi_slopes.empty() && options.bias.size() == 0;
+}
+
+// Attention of bfloat16 heads, its keys in chunks (chunks_keys): Q widened once; each chunk's keys and values widened
+// into a buffer that stays in cache and attended to, no mask for the chunks every query sees whole and the call's
+// causal mask for the last (aligned bottom-right on it, as on the whole); the chunks' outputs merged in key order by
+// their log-sum-exp: O = (e^(L - M) O + e^(l - M) o) / (e^(L - M) + e^(l - M)), L = M + log(e^(L - M) + e^(l - M)),
+// M = max(L, l). out and lse rounded once.
+template <class Forward>
+void chunked_attention_heads(Isa isa, const Heads<const bfloat16>& Q, const Heads<const bfloat16>& K,
+                             const Heads<const bfloat16>& V, const Mask& mask, Tensor3<bfloat16>* lse,
+                             const Heads<bfloat16>& out, core::Buffers<bfloat16>& buffers, Forward&& forward) {
+  const Index nq = Q.length, nk = K.length, chunk = tuning::bf16_key_chunk;
+  const Index q = heads_size(Q), o = out.batch * out.count * nq * out.dim, rows = Q.batch * nq * Q.count;
+  const Index k = K.batch * K.count * (chunk + nq) * K.dim, v = V.batch * V.count * (chunk + nq) * V.dim;
+  buffers.widened.resize(q + 2 * o + k + v + rows);
+  float* const wide = buffers.widened.data();  // Q, the merged output, a chunk's output, K and V, the merged lse
+  const Heads<const float> wide_q = widened_heads(isa, Q, wide);
+  const Heads<float> merged = compact_heads<float>(out, wide + q), part = compact_heads<float>(out, wide + q + o);
+  float* const merged_lse = wide + q + 2 * o + k + v;  // (batch, nq, heads), as lse
+  Tensor3<float>& part_lse = buffers.widened_lse;       // (batch, nq, heads)
+  const Mask none;
+  for (Index first = 0; first < nk;) {
+    // Every query sees keys 0 .. nk - nq: a chunk ending there is seen whole; the last takes the rest.
+    const bool whole = first + chunk <= nk - nq + 1 && first + chunk < nk;
+    const Index count = whole ? chunk : nk - first;
+    forward(wide_q, widened_heads(isa, steps_of(K, first, count), wide + q + 2 * o),
+            widened_heads(isa, steps_of(V, first, count), wide + q + 2 * o + k), whole ? none : mask, &part_lse,
+            first == 0 ? merged : part);
+    if (first == 0) {
+      std::copy(part_lse.data(), part_lse.data() + rows, merged_lse);
+    } else {
+      for (Index b = 0; b < Q.batch; ++b)
+        for (Index t = 0; t < nq; ++t)
+          for (Index h = 0; h < Q.count; ++h) {
+            float& L = merged_lse[(b * nq + t) * Q.count + h];
+            const float l = part_lse(b, t, h), M = std::max(L, l);
+            if (M == -std::numeric_limits<float>::infinity()) continue;  // neither sees a key
+            const float before = std::exp(L - M), now = std::exp(l - M), total = before + now;
+            float* acc = merged.at(b, h, t);
+            const float* add = part.at(b, h, t);
+            for (Index c = 0; c < out.dim; ++c) acc[c] = (before * acc[c] + now * add[c]) / total;
+            L = M + std::log(total);
+          }
+    }
+    first += count;
+  }
+  narrowed_heads(isa, merged, out);
+  if (lse != nullptr) {
+    lse->resize(Q.batch, nq, Q.count);
+    narrow(isa, merged_lse, rows, lse->data());
+  }
+}
 
 // The forward pass over checked heads views: out (batch, Q, H * dv); lse resized to (batch, Q, H) when not null.
 // bfloat16 runs the float core on widened copies of Q, K and V (in buffers.widened), and out and lse are rounded once.
@@ -150,13 +221,23 @@ void attention_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K,
                      Tensor3<Scalar>* lse, const Heads<Scalar>& out, core::Buffers<Scalar>& buffers) {
   if constexpr (is_reduced<Scalar>) {
     const Isa isa = active_isa();
+    const ScoreOptions<float> wide_options = widened_options(isa, options);
+    if (chunks_keys(Q, K, mask, options)) {
+      chunked_attention_heads(isa, Q, K, V, mask, lse, out, buffers,
+                              [&](const Heads<const float>& q, const Heads<const float>& k,
+                                  const Heads<const float>& v, const Mask& m, Tensor3<float>* l,
+                                  const Heads<float>& o) {
+                                attention_heads<float>(q, k, v, m, wide_options, dropout, l, o, buffers);
+                              });
+      return;
+    }
     const Index q = heads_size(Q), k = heads_size(K), v = heads_size(V);
     buffers.widened.resize(q + k + v + out.batch * out.count * out.length * out.dim);
     float* const wide = buffers.widened.data();  // Q, K, V, then the output, each compact
     const Heads<float> wide_out = compact_heads<float>(out, wide + q + k + v);
     Tensor3<float>* const wide_lse = lse != nullptr ? &buffers.widened_lse : nullptr;
     attention_heads<float>(widened_heads(isa, Q, wide), widened_heads(isa, K, wide + q),
-                           widened_heads(isa, V, wide + q + k), mask, widened_options(isa, options), dropout, wide_lse,
+                           widened_heads(isa, V, wide + q + k), mask, wide_options, dropout, wide_lse,
                            wide_out, buffers);
     narrowed_heads(isa, wide_out, out);
     if (lse != nullptr) {

@@ -71,6 +71,12 @@ constexpr Eigen::Index product_panel_width = 128 * 4 / sizeof(Scalar);  // 512 b
 // packed row, as product_panel_width.
 constexpr Eigen::Index bf16_in_place_rows = 32;
 constexpr Eigen::Index bf16_panel_group = 8;
+// Decoding in bfloat16 (at most decode_queries queries) widens its keys and values to float a chunk of this many steps
+// at a time, attends to each chunk and merges the chunks by their log-sum-exp (detail::attention_heads): a chunk of
+// 8 key/value heads of 64, keys and values, is 1 MiB of float, inside L2, where widening the whole cache would write
+// it to memory and read it back (128 and 512: docs/PERFORMANCE.md). Fixed, so that the bits do not depend on the
+// thread count; one span of the float core's decoding (decode_span).
+constexpr Eigen::Index bf16_key_chunk = 256;
 
 // Packing a panel of B whose rows lie closer than its columns, neither of them adjacent (b_strided's general
 // layout, such as one tap of Conv1d's (out, in, k) weight: strides k and k * in), writes this many steps of a
