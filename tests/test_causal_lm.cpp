@@ -53,6 +53,24 @@ Index argmax(const Tensor3<Scalar>& logits, Index b, Index t) {
   return best;
 }
 
+// The prompt (rows, p) and greedy tokens after it through the cache, `length` steps in all; the last call's logits in
+// `logits` (rows, 1, vocab_size).
+template <class Scalar>
+Matrix<Index> greedy(CausalLM<Scalar>& model, CausalLMCache<Scalar>& cache, const Matrix<Index>& prompt, Index length,
+                     Tensor3<Scalar>& logits) {
+  Matrix<Index> sequence = prompt;
+  logits = model(prompt, cache);
+  while (sequence.cols() < length) {
+    Matrix<Index> next(sequence.rows(), 1);
+    for (Index b = 0; b < sequence.rows(); ++b) next(b, 0) = argmax(logits, b, logits.dimension(1) - 1);
+    Matrix<Index> longer(sequence.rows(), sequence.cols() + 1);
+    longer << sequence, next;
+    sequence = longer;
+    logits = model(next, cache);
+  }
+  return sequence;
+}
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("CausalLM loads transformers' Llama, Mistral and GPT-2, and matches their logits and gradients",
@@ -93,16 +111,8 @@ TEMPLATE_TEST_CASE("Greedy generation through the cache gives transformers' toke
   model.eval();
   const Matrix<Index> prompt = fixture.index_matrix("prompt"), generated = fixture.index_matrix("generated");
   CausalLMCache<TestType> cache = model.make_cache(prompt.rows(), generated.cols());
-  Matrix<Index> sequence = prompt;
-  Tensor3<TestType> logits = model(prompt, cache);
-  while (sequence.cols() < generated.cols()) {
-    Matrix<Index> next(sequence.rows(), 1);
-    for (Index b = 0; b < sequence.rows(); ++b) next(b, 0) = argmax(logits, b, logits.dimension(1) - 1);
-    Matrix<Index> longer(sequence.rows(), sequence.cols() + 1);
-    longer << sequence, next;
-    sequence = longer;
-    logits = model(next, cache);
-  }
+  Tensor3<TestType> logits;
+  const Matrix<Index> sequence = greedy(model, cache, prompt, generated.cols(), logits);
   REQUIRE(sequence == generated);
   REQUIRE(cache.size() == generated.cols());
   // The last step's logits, decoded one token at a time, are those of the whole sequence.
@@ -181,7 +191,7 @@ TEMPLATE_TEST_CASE("CausalLM refuses bad input, naming it, and a decoding call t
 }
 
 TEST_CASE("CausalLM<bfloat16>, transformers' weights rounded, generates transformers' greedy tokens", "[causal_lm]") {
-  // Evaluation in bfloat16 on every level: the greedy loop above, through the cache, against the tokens of
+  // Evaluation in bfloat16 on every level: greedy decoding through the cache, against the tokens of
   // transformers' float64 model, step by step until the first step whose two largest logits (of the float64 model,
   // recomputed here in double) lie closer than bfloat16 can tell apart: 2^-5 of the largest |logit|, eight roundings of
   // 2^-8. Every row is compared for at least its first generated token; the smallest such gap of each model is in the
@@ -212,16 +222,8 @@ TEST_CASE("CausalLM<bfloat16>, transformers' weights rounded, generates transfor
     const attend_test::ForcedLevel level(isa);
     CausalLM<attend::bfloat16> decoder = model;
     CausalLMCache<attend::bfloat16> cache = decoder.make_cache(prompt.rows(), generated.cols());
-    Matrix<Index> sequence = prompt;
-    Tensor3<attend::bfloat16> logits = decoder(prompt, cache);
-    while (sequence.cols() < generated.cols()) {
-      Matrix<Index> next(sequence.rows(), 1);
-      for (Index b = 0; b < sequence.rows(); ++b) next(b, 0) = argmax(logits, b, logits.dimension(1) - 1);
-      Matrix<Index> longer(sequence.rows(), sequence.cols() + 1);
-      longer << sequence, next;
-      sequence = longer;
-      logits = decoder(next, cache);
-    }
+    Tensor3<attend::bfloat16> logits;
+    const Matrix<Index> sequence = greedy(decoder, cache, prompt, generated.cols(), logits);
     for (Index b = 0; b < prompt.rows(); ++b) {
       CAPTURE(b, compared[static_cast<std::size_t>(b)]);
       const Index steps = prompt.cols() + compared[static_cast<std::size_t>(b)];
