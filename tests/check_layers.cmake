@@ -43,7 +43,7 @@ set(layer_table
   4 "^(embedding|layer_norm|rms_norm|position_wise_ffn|gated_ffn|add_norm|transformer_encoder_block)\\.hpp$"
   4 "^(transformer_encoder|transformer_decoder|causal_lm)\\.hpp$"
 
-  5 "^(safetensors|from_torch|from_transformers|optim|loss)\\.hpp$"
+  5 "^(safetensors|from_torch|from_transformers|optim|loss|distributed)\\.hpp$"
 
   6 "^attend\\.hpp$"
 )

@@ -172,7 +172,8 @@ TEST_CASE("RotaryEmbedding<bfloat16>: each pair rotated in float, rounded once",
           const Index k1 = h * d + (interleaved ? 2 * i : i), k2 = h * d + (interleaved ? 2 * i + 1 : i + d / 2);
           const double x1 = static_cast<double>(X(b, t, k1)), x2 = static_cast<double>(X(b, t, k2));
           const double angle = static_cast<double>(start + t) * std::pow(10000.0, -2.0 * static_cast<double>(i) / d);
-          const double y1 = x1 * std::cos(angle) - x2 * std::sin(angle), y2 = x2 * std::cos(angle) + x1 * std::sin(angle);
+          const double y1 = x1 * std::cos(angle) - x2 * std::sin(angle);
+          const double y2 = x2 * std::cos(angle) + x1 * std::sin(angle);
           const double computing = 5 * std::ldexp(1.0, -24) * (std::abs(x1) + std::abs(x2));
           for (const auto& [got, expected] : {std::pair{Y(b, t, k1), y1}, std::pair{Y(b, t, k2), y2}}) {
             const double bound = computing + std::ldexp(1.0, -8) * (std::abs(expected) + computing);
@@ -221,6 +222,7 @@ TEST_CASE("MultiHeadAttention<bfloat16> runs the tiled path only and keeps no gr
   const Tensor3<bfloat16> X = random_bf16(1, 3, 16, 111);
   static_cast<void>(attention(X, X, X));
   REQUIRE_THROWS_AS(attention.attention_weights(), std::logic_error);
+  REQUIRE_THROWS_WITH(attention.attention_weights(), Catch::Contains("bfloat16 runs the tiled path only"));
   for (const auto& parameter : attention.parameters()) CHECK(parameter.grad == nullptr);
   CHECK(attention.W_q().weight_grad().size() == 0);
 }

@@ -2,8 +2,8 @@
 // tests/reference/make_causal_lm_fixtures.py) loaded through causal_lm_from_transformers, against the script's
 // float64 recomputation (fixtures causal_lm_*: logits, every parameter's gradient by autograd, greedy generation
 // checked there against transformers' generate()); decoding through the cache against whole sequences; finite
-// differences in double (a tied embedding gets both of its gradients); bad input; and the greedy tokens of each model in
-// bfloat16 on every level.
+// differences in double (a tied embedding gets both of its gradients); bad input; and the greedy tokens of each model
+// in bfloat16 on every level.
 #include <attend/causal_lm.hpp>
 #include <attend/from_transformers.hpp>
 #include <attend/safetensors.hpp>

@@ -78,6 +78,11 @@ constexpr Eigen::Index bf16_panel_group = 8;
 // thread count; one span of the float core's decoding (decode_span).
 constexpr Eigen::Index bf16_key_chunk = 256;
 
+// average_gradients (attend/distributed.hpp) sends the gradients in buckets of this many bytes, one allreduce each:
+// large enough that a model's step makes few calls, each long beside MPI's latency; small enough that the copy into
+// the bucket stays in cache. (PyTorch's DistributedDataParallel buckets 25 MiB by default.)
+constexpr long long gradient_bucket_bytes = 4ll << 20;
+
 // Packing a panel of B whose rows lie closer than its columns, neither of them adjacent (b_strided's general
 // layout, such as one tap of Conv1d's (out, in, k) weight: strides k and k * in), writes this many steps of a
 // micro-panel at a time, at most 64 rows of 256 bytes, so that they stay in L1 while every column is written rather

@@ -146,6 +146,9 @@ class AttentionPathModule : public Module {
   bool last_call_tiled() const { return last_call_tiled_; }
 
   const Tensor3<Scalar>& attention_weights() const {
+    if constexpr (is_reduced<Scalar>)
+      throw std::logic_error(
+          message(Derived::name, "::attention_weights: bfloat16 runs the tiled path only, which forms no weights"));
     if (last_call_tiled_)
       throw std::logic_error(message(Derived::name,
                                      "::attention_weights: the last call took the tiled path, which forms no weights; "
