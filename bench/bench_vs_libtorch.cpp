@@ -599,6 +599,12 @@ std::string shape_label(const AttentionShape& s) {
                                  s.mask == MaskKind::none ? "" : " ", s.mask == MaskKind::none ? "" : mask_name(s.mask));
 }
 
+// Its series in the CSV and JSON output: "d256_h8", with "_lens" or "_causal" after it.
+std::string series_label(const AttentionShape& s) {
+  return attend::detail::message('d', s.d, "_h", s.heads, s.mask == MaskKind::none ? "" : "_",
+                                 s.mask == MaskKind::none ? "" : mask_name(s.mask));
+}
+
 // From the seed's example to n = 8192: a mid-size batch, BERT-base's width (768, 12 heads), then d = 256 with 8 heads
 // up to n = 8192, and one head of d = 64 (the long-sequence case of the memory target: n = 16384 under 128 MiB) at
 // n = 2048 and 8192.
@@ -681,8 +687,7 @@ class Attention {
     const double b = s_.batch, n = s_.n, d = s_.d;
     return {"attention",
             shape_label(s_),
-            attend::detail::message('d', s_.d, "_h", s_.heads, s_.mask == MaskKind::none ? "" : "_",
-                                    s_.mask == MaskKind::none ? "" : mask_name(s_.mask)),
+            series_label(s_),
             std::string("attend took ") + automatic_path(),
             s_.batch,
             s_.n,
@@ -819,8 +824,7 @@ class AttentionTraining {
     // The forward's products and about twice as many in the backward (dX and dW of four projections; dV, dP, dQ, dK).
     return {"training",
             shape_label(s_),
-            attend::detail::message('d', s_.d, "_h", s_.heads, s_.mask == MaskKind::none ? "" : "_",
-                                    s_.mask == MaskKind::none ? "" : mask_name(s_.mask)),
+            series_label(s_),
             "forward + backward",
             s_.batch,
             s_.n,
@@ -1111,8 +1115,7 @@ class AttentionBf16 {
     const double b = s_.batch, n = s_.n, d = s_.d;
     return {"attention_bf16",
             shape_label(s_),
-            attend::detail::message('d', s_.d, "_h", s_.heads, s_.mask == MaskKind::none ? "" : "_",
-                                    s_.mask == MaskKind::none ? "" : mask_name(s_.mask)),
+            series_label(s_),
             "",
             s_.batch,
             s_.n,

@@ -93,10 +93,6 @@ Tensor3<bfloat16> steps_of(const Tensor3<bfloat16>& X, Index from, Index count) 
   return X.slice(offsets, extents);
 }
 
-Tensor3<bfloat16> project(const attend::Linear<bfloat16>& layer, const Tensor3<bfloat16>& X) {
-  return layer.forward(X);
-}
-
 }  // namespace
 
 TEST_CASE("scaled_dot_product_attention<bfloat16>: in float on the stored values, the output rounded once",
@@ -198,8 +194,8 @@ TEST_CASE("MultiHeadAttention<bfloat16> is its projections, attention and output
   const auto definition = [&](attend::MultiHeadAttention<bfloat16>& m, const Tensor3<bfloat16>& q,
                               const Tensor3<bfloat16>& k, const Tensor3<bfloat16>& v, const Mask& mask) {
     const Tensor3<bfloat16> context = attend::scaled_dot_product_attention(
-        project(m.W_q(), q), project(m.W_k(), k), project(m.W_v(), v), heads, heads, mask);
-    return project(m.W_o(), context);  // (batch, q, hiddens)
+        m.W_q().forward(q), m.W_k().forward(k), m.W_v().forward(v), heads, heads, mask);
+    return m.W_o().forward(context);  // (batch, q, hiddens)
   };
   for (Isa isa : attend_test::bf16_levels()) {
     CAPTURE(attend::isa_name(isa));
@@ -242,13 +238,12 @@ TEST_CASE("GroupedQueryAttention<bfloat16>: rotated projections, attention and o
   const Tensor3<bfloat16> X = random_bf16(batch, steps, hiddens, 122);  // (2, 302, 32)
   // queries rotated from position `start`; keys and values of positions 0 .. end - 1.
   const auto definition = [&](const Tensor3<bfloat16>& queries_in, Index start, Index end) {
-    Tensor3<bfloat16> Q = project(attention.W_q(), queries_in);                   // (batch, s, heads * d)
-    Tensor3<bfloat16> K = project(attention.W_k(), steps_of(X, 0, end));         // (batch, end, kv_heads * d)
-    const Tensor3<bfloat16> V = project(attention.W_v(), steps_of(X, 0, end));   // (batch, end, kv_heads * d)
+    Tensor3<bfloat16> Q = attention.W_q().forward(queries_in);                  // (batch, s, heads * d)
+    Tensor3<bfloat16> K = attention.W_k().forward(steps_of(X, 0, end));        // (batch, end, kv_heads * d)
+    const Tensor3<bfloat16> V = attention.W_v().forward(steps_of(X, 0, end));  // (batch, end, kv_heads * d)
     rope.apply(Q, heads, start);
     rope.apply(K, kv_heads, 0);
-    return project(attention.W_o(),
-                   attend::scaled_dot_product_attention(Q, K, V, heads, kv_heads, Mask::causal()));
+    return attention.W_o().forward(attend::scaled_dot_product_attention(Q, K, V, heads, kv_heads, Mask::causal()));
   };
   for (Isa isa : attend_test::bf16_levels()) {
     CAPTURE(attend::isa_name(isa));

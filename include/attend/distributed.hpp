@@ -34,13 +34,12 @@ MPI_Datatype mpi_type() {
   return std::is_same<Scalar, float>::value ? MPI_FLOAT : MPI_DOUBLE;
 }
 
-// The first problem of this rank's parameters, or "" when there is none.
+// The first problem of this rank's parameters (parameter_problem, then still_valid), or "" when there is none.
 template <class Scalar>
-std::string parameter_problem(const std::vector<Parameter<Scalar>>& params) {
+std::string parameters_problem(const std::vector<Parameter<Scalar>>& params) {
   for (const Parameter<Scalar>& p : params) {
-    if (p.size < 0) return message("parameter ", quoted(p.name), " must have size >= 0, got ", p.size);
-    if (p.size > 0 && p.grad == nullptr)
-      return message("parameter ", quoted(p.name), " has a null grad pointer (size ", p.size, ")");
+    const std::string problem = parameter_problem(p);
+    if (!problem.empty()) return problem;
     if (p.still_valid && !p.still_valid())
       return message("parameter ", quoted(p.name), " is no longer its module's storage");
   }
@@ -60,7 +59,7 @@ void average_gradients(MPI_Comm comm, const std::vector<Parameter<Scalar>>& para
 
   // What every rank must agree on, reduced by MIN: the first rank with a problem (ranks when none), then the count
   // and the weighted size with and without their sign, so that one allreduce gives each one's least and largest.
-  const std::string problem = detail::parameter_problem(params);
+  const std::string problem = detail::parameters_problem(params);
   long long count = static_cast<long long>(params.size()), weighted = 0, total = 0;
   if (problem.empty())
     for (std::size_t i = 0; i < params.size(); ++i) {

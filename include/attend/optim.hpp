@@ -79,15 +79,11 @@ class Optimizer {
     for (std::size_t i = 0; i < params_.size(); ++i) update(params_[i], i, steps_);
   }
 
-  // params, each checked: a size of at least 0, and value and grad pointers that are not null when there are
-  // elements to point at (an empty parameter may have null ones, as an empty Eigen object does).
+  // params, each checked (detail::parameter_problem).
   static std::vector<Parameter<Scalar>> checked_parameters(std::vector<Parameter<Scalar>> params, const char* name) {
     for (const Parameter<Scalar>& p : params) {
-      require(p.size >= 0, name, ": parameter ", quoted(p.name), " must have size >= 0, got ", p.size);
-      require(p.size == 0 || p.value != nullptr, name, ": parameter ", quoted(p.name),
-              " has a null value pointer (size ", p.size, ")");
-      require(p.size == 0 || p.grad != nullptr, name, ": parameter ", quoted(p.name), " has a null grad pointer (size ",
-              p.size, ")");
+      const std::string problem = parameter_problem(p);
+      require(problem.empty(), name, ": ", problem);
     }
     return params;
   }

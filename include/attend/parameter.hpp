@@ -46,6 +46,19 @@ constexpr Index gradient_size(Index size) {
   return is_reduced<Scalar> ? 0 : size;
 }
 
+// What is wrong with a hand-made or stale Parameter's size and pointers, or "" when nothing is: a size of at least 0,
+// and value and grad pointers that are not null when there are elements to point at (an empty parameter may have null
+// ones, as an empty Eigen object does).
+template <class Scalar>
+std::string parameter_problem(const Parameter<Scalar>& p) {
+  if (p.size < 0) return message("parameter ", quoted(p.name), " must have size >= 0, got ", p.size);
+  if (p.size > 0 && p.value == nullptr)
+    return message("parameter ", quoted(p.name), " has a null value pointer (size ", p.size, ")");
+  if (p.size > 0 && p.grad == nullptr)
+    return message("parameter ", quoted(p.name), " has a null grad pointer (size ", p.size, ")");
+  return "";
+}
+
 // Throws std::invalid_argument unless `parameter` has shape `shape` and `gradient` that shape too (empty for a reduced
 // scalar type). where: the caller.
 template <class Tensor>

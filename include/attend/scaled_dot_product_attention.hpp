@@ -142,7 +142,10 @@ inline void narrowed_heads(Isa isa, const Heads<float>& wide, const Heads<bfloat
     for (Index h = 0; h < out.count; ++h)
       for (Index t = 0; t < out.length; ++t) narrow(isa, wide.at(b, h, t), out.dim, out.at(b, h, t));
 }
-inline Index heads_size(const Heads<const bfloat16>& X) { return X.batch * X.count * X.length * X.dim; }
+template <class Element>
+Index heads_size(const Heads<Element>& X) {
+  return X.batch * X.count * X.length * X.dim;
+}
 // Steps first .. first + count - 1 of X.
 inline Heads<const bfloat16> steps_of(const Heads<const bfloat16>& X, Index first, Index count) {
   Heads<const bfloat16> part = X;
@@ -162,32 +165,45 @@ inline bool chunks_keys(const Heads<const bfloat16>& Q, const Heads<const bfloat
          options.alibi_slopes.empty() && options.bias.size() == 0;
 }
 
-// Attention of bfloat16 heads, its keys in chunks (chunks_keys): Q widened once; each chunk's keys and values widened
-// into a buffer that stays in cache and attended to, no mask for the chunks every query sees whole and the call's
-// causal mask for the last (aligned bottom-right on it, as on the whole); the chunks' outputs merged in key order by
-// their log-sum-exp: O = (e^(L - M) O + e^(l - M) o) / (e^(L - M) + e^(l - M)), L = M + log(e^(L - M) + e^(l - M)),
-// M = max(L, l). out and lse rounded once.
-template <class Forward>
-void chunked_attention_heads(Isa isa, const Heads<const bfloat16>& Q, const Heads<const bfloat16>& K,
-                             const Heads<const bfloat16>& V, const Mask& mask, Tensor3<bfloat16>* lse,
-                             const Heads<bfloat16>& out, core::Buffers<bfloat16>& buffers, Forward&& forward) {
-  const Index nq = Q.length, nk = K.length, chunk = tuning::bf16_key_chunk;
-  const Index q = heads_size(Q), o = out.batch * out.count * nq * out.dim, rows = Q.batch * nq * Q.count;
-  const Index k = K.batch * K.count * (chunk + nq) * K.dim, v = V.batch * V.count * (chunk + nq) * V.dim;
-  buffers.widened.resize(q + 2 * o + k + v + rows);
+template <class Scalar>
+void attention_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K, const Heads<const Scalar>& V,
+                     const Mask& mask, const ScoreOptions<Scalar>& options, const AttentionDropout& dropout,
+                     Tensor3<Scalar>* lse, const Heads<Scalar>& out, core::Buffers<Scalar>& buffers);
+
+// Attention of bfloat16 heads: the float core on widened copies in buffers.widened, out and lse rounded once. Q is
+// widened once; the keys and values in one piece, or, when chunks_keys, a chunk at a time into a buffer that stays in
+// cache, with no mask for the chunks every query sees whole and the call's causal mask for the last (aligned
+// bottom-right on it, as on the whole). The chunks' outputs are merged in key order by their log-sum-exp:
+// O = (e^(L - M) O + e^(l - M) o) / (e^(L - M) + e^(l - M)), L = M + log(e^(L - M) + e^(l - M)), M = max(L, l).
+inline void reduced_attention_heads(const Heads<const bfloat16>& Q, const Heads<const bfloat16>& K,
+                                    const Heads<const bfloat16>& V, const Mask& mask,
+                                    const ScoreOptions<bfloat16>& options, const AttentionDropout& dropout,
+                                    Tensor3<bfloat16>* lse, const Heads<bfloat16>& out,
+                                    core::Buffers<bfloat16>& buffers) {
+  const Isa isa = active_isa();
+  const ScoreOptions<float> wide_options = widened_options(isa, options);
+  const bool chunked = chunks_keys(Q, K, mask, options);
+  const Index nq = Q.length, nk = K.length, chunk = chunked ? tuning::bf16_key_chunk : nk;
+  const Index steps = std::min(nk, chunk + nq);  // the most a piece of keys takes
+  const Index q = heads_size(Q), o = heads_size(out), rows = Q.batch * nq * Q.count;
+  const Index k = K.batch * K.count * steps * K.dim, v = V.batch * V.count * steps * V.dim;
+  const Index o_part = chunked ? o : 0;
+  buffers.widened.resize(q + o + o_part + k + v + rows);
   float* const wide = buffers.widened.data();  // Q, the merged output, a chunk's output, K and V, the merged lse
   const Heads<const float> wide_q = widened_heads(isa, Q, wide);
   const Heads<float> merged = compact_heads<float>(out, wide + q), part = compact_heads<float>(out, wide + q + o);
-  float* const merged_lse = wide + q + 2 * o + k + v;  // (batch, nq, heads), as lse
-  Tensor3<float>& part_lse = buffers.widened_lse;       // (batch, nq, heads)
+  float* const keys = wide + q + o + o_part;
+  float* const merged_lse = keys + k + v;  // (batch, nq, heads), as lse
+  Tensor3<float>& part_lse = buffers.widened_lse;  // (batch, nq, heads)
   const Mask none;
-  for (Index first = 0; first < nk;) {
+  Index first = 0;
+  do {  // once at least: with no key, the mask's rule for a fully masked query gives the output
     // Every query sees keys 0 .. nk - nq: a chunk ending there is seen whole; the last takes the rest.
     const bool whole = first + chunk <= nk - nq + 1 && first + chunk < nk;
     const Index count = whole ? chunk : nk - first;
-    forward(wide_q, widened_heads(isa, steps_of(K, first, count), wide + q + 2 * o),
-            widened_heads(isa, steps_of(V, first, count), wide + q + 2 * o + k), whole ? none : mask, &part_lse,
-            first == 0 ? merged : part);
+    attention_heads<float>(wide_q, widened_heads(isa, steps_of(K, first, count), keys),
+                           widened_heads(isa, steps_of(V, first, count), keys + k), whole ? none : mask, wide_options,
+                           dropout, &part_lse, first == 0 ? merged : part, buffers);
     if (first == 0) {
       std::copy(part_lse.data(), part_lse.data() + rows, merged_lse);
     } else {
@@ -205,7 +221,7 @@ void chunked_attention_heads(Isa isa, const Heads<const bfloat16>& Q, const Head
           }
     }
     first += count;
-  }
+  } while (first < nk);
   narrowed_heads(isa, merged, out);
   if (lse != nullptr) {
     lse->resize(Q.batch, nq, Q.count);
@@ -214,36 +230,13 @@ void chunked_attention_heads(Isa isa, const Heads<const bfloat16>& Q, const Head
 }
 
 // The forward pass over checked heads views: out (batch, Q, H * dv); lse resized to (batch, Q, H) when not null.
-// bfloat16 runs the float core on widened copies of Q, K and V (in buffers.widened), and out and lse are rounded once.
+// bfloat16: reduced_attention_heads.
 template <class Scalar>
 void attention_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K, const Heads<const Scalar>& V,
                      const Mask& mask, const ScoreOptions<Scalar>& options, const AttentionDropout& dropout,
                      Tensor3<Scalar>* lse, const Heads<Scalar>& out, core::Buffers<Scalar>& buffers) {
   if constexpr (is_reduced<Scalar>) {
-    const Isa isa = active_isa();
-    const ScoreOptions<float> wide_options = widened_options(isa, options);
-    if (chunks_keys(Q, K, mask, options)) {
-      chunked_attention_heads(isa, Q, K, V, mask, lse, out, buffers,
-                              [&](const Heads<const float>& q, const Heads<const float>& k,
-                                  const Heads<const float>& v, const Mask& m, Tensor3<float>* l,
-                                  const Heads<float>& o) {
-                                attention_heads<float>(q, k, v, m, wide_options, dropout, l, o, buffers);
-                              });
-      return;
-    }
-    const Index q = heads_size(Q), k = heads_size(K), v = heads_size(V);
-    buffers.widened.resize(q + k + v + out.batch * out.count * out.length * out.dim);
-    float* const wide = buffers.widened.data();  // Q, K, V, then the output, each compact
-    const Heads<float> wide_out = compact_heads<float>(out, wide + q + k + v);
-    Tensor3<float>* const wide_lse = lse != nullptr ? &buffers.widened_lse : nullptr;
-    attention_heads<float>(widened_heads(isa, Q, wide), widened_heads(isa, K, wide + q),
-                           widened_heads(isa, V, wide + q + k), mask, wide_options, dropout, wide_lse,
-                           wide_out, buffers);
-    narrowed_heads(isa, wide_out, out);
-    if (lse != nullptr) {
-      lse->resize(wide_lse->dimensions());
-      narrow(isa, wide_lse->data(), wide_lse->size(), lse->data());
-    }
+    reduced_attention_heads(Q, K, V, mask, options, dropout, lse, out, buffers);
   } else {
     core::Call<Scalar> call{Q,     K, V, &mask, core::score_rule(options, Q.batch, Q.count, Q.length, K.length, Q.dim),
                             dropout};
