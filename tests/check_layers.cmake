@@ -31,7 +31,7 @@ set(layer_table
 
   2 "^detail/core/[^/]+\\.hpp$"
   2 "^detail/(attend_rows|attention_backward)\\.hpp$"
-  2 "^detail/(products|project_rows|bf16_products|transpose|transposed_weight|normalization)\\.hpp$"
+  2 "^detail/(products|project_rows|bf16_products|transpose|transposed_weight|normalization|ring_layout)\\.hpp$"
 
   3 "^(masked_softmax|scaled_dot_product_attention|transpose_qkv|rotary_embedding|kv_cache)\\.hpp$"
   3 "^(attention_path|attention_gradients|complexity|activation|sampling)\\.hpp$"
@@ -44,6 +44,7 @@ set(layer_table
   4 "^(transformer_encoder|transformer_decoder|causal_lm)\\.hpp$"
 
   5 "^(safetensors|from_torch|from_transformers|optim|loss|distributed)\\.hpp$"
+  5 "^distributed/[^/]+\\.hpp$"
 
   6 "^attend\\.hpp$"
 )

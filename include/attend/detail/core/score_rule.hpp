@@ -3,7 +3,8 @@
 // One rule for every path: a tile's row holds the scores of keys [k0, k0 + n) for query q of head h in batch row b.
 // Keys the mask hides (outside the row's visible range, or a hole of its keep row) become -inf; the others become
 //   x = scale * q.k;  x = softcap * tanh(x / softcap);  x -= slope_h * |p - j|;  x += bias(r, q, j)
-// in the order of attend/score_options.hpp, with p = q + (num_keys - num_queries) the query's aligned position. A
+// in the order of attend/score_options.hpp, with p = q + query_offset the query's aligned position (query_offset is
+// num_keys - num_queries for a whole call; a block of a longer sequence, as ring attention runs, sets its own). A
 // score of -inf (from the bias) is a hidden key like a masked one: its weight is exactly 0 (every level's exp gives
 // 0 below its underflow threshold, -inf included).
 #pragma once
@@ -29,6 +30,7 @@ struct ScoreRule {
   const Scalar* bias = nullptr;    // (bias_rows, num_queries, num_keys) or null
   Index bias_rows = 0;             // batch * num_heads (row b * num_heads + h), batch (row b) or 1
   Index batch = 0, num_heads = 0, num_queries = 0, num_keys = 0;
+  Index query_offset = 0;          // ALiBi's position of query q is q + query_offset, in the keys' numbering
 
   bool has_softcap() const { return softcap > Scalar(0); }
   // No option but the scale: the scores' rule is the scale and the mask alone.
@@ -58,7 +60,7 @@ struct ScoreRule {
     }
     if (slopes != nullptr) {
       const Scalar slope = slopes[h];
-      const Index p = q + num_keys - num_queries;
+      const Index p = q + query_offset;
       for (Index j = lo; j < hi; ++j) row[j] -= slope * static_cast<Scalar>(std::abs(p - (k0 + j)));
     }
     if (const Scalar* add = bias_row(b, h, q)) {
@@ -96,6 +98,7 @@ ScoreRule<Scalar> score_rule(const ScoreOptions<Scalar>& options, Index batch, I
   rule.num_heads = num_heads;
   rule.num_queries = num_queries;
   rule.num_keys = num_keys;
+  rule.query_offset = num_keys - num_queries;
   return rule;
 }
 
