@@ -2,7 +2,7 @@
 // with draws of its own seed; afterwards each gradient is the mean of all ranks' draws, which every rank recomputes in
 // double from the same seeds, within the rounding of a sum of `ranks` terms and one division. Parameters larger than a
 // bucket and smaller; a communicator of one rank; parameters that differ across ranks, and a rank with a null gradient:
-// every rank throws, none hangs.
+// every rank throws, none hangs. broadcast_parameters: every rank ends with the root's values.
 #define CATCH_CONFIG_RUNNER
 #include <attend/distributed.hpp>
 #include <attend/linear.hpp>
@@ -127,6 +127,29 @@ TEMPLATE_TEST_CASE("average_gradients refuses parameters that differ across rank
                         Catch::Contains(rank == 1 ? "null grad pointer" : "rank 1's parameters are not usable"));
   }
   CHECK(model.small.weight_grad() == before);
+}
+
+TEMPLATE_TEST_CASE("broadcast_parameters gives every rank the root's values", "[distributed]", float, double) {
+  using Scalar = TestType;
+  const int rank = world_rank(), root = world_size() - 1;
+  Model<Scalar> model;
+  const std::vector<Parameter<Scalar>> params = model.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {  // each rank's own values
+    const std::vector<Scalar> values = draws<Scalar>(rank, params[i].size, i);
+    std::copy(values.begin(), values.end(), params[i].value);
+  }
+  attend::broadcast_parameters(MPI_COMM_WORLD, params, root);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const std::vector<Scalar> expected = draws<Scalar>(root, params[i].size, i);
+    CHECK(std::equal(expected.begin(), expected.end(), params[i].value));
+  }
+  REQUIRE_THROWS_WITH(attend::broadcast_parameters(MPI_COMM_WORLD, params, world_size()),
+                      Catch::Contains("broadcast_parameters: root must be a rank of comm"));
+  if (rank == 0) params[0].value[0] = Scalar(7);
+  std::vector<Parameter<Scalar>> fewer = params;
+  if (rank == 1) fewer.pop_back();
+  REQUIRE_THROWS_AS(attend::broadcast_parameters(MPI_COMM_WORLD, fewer, root), std::invalid_argument);
+  if (rank == 0) CHECK(params[0].value[0] == Scalar(7));  // a refused call leaves the values as they were
 }
 
 int main(int argc, char* argv[]) {
