@@ -7,13 +7,13 @@
 // each rank holding a contiguous shard (the time of the slowest rank), then the ring's traffic alone: P - 1 steps of
 // sending the keys and values (and, backward, their gradients) to the next rank, as the calls do, without computing.
 // Prints the medians over the rounds and the ratios, and the bytes each rank sends per call.
+#include <mpi.h>
+
+#include <algorithm>
 #include <attend/distributed.hpp>
 #include <attend/random.hpp>
 #include <attend/scaled_dot_product_attention.hpp>
 #include <attend/threads.hpp>
-#include <mpi.h>
-
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -112,25 +112,27 @@ int main(int argc, char** argv) {
     Tensor3<float> ring_out, ring_lse;
     ring_forward.push_back(
         timed([&] { ring_out = attend::ring_attention(MPI_COMM_WORLD, q, k, v, H, G, causal, {}, &ring_lse); }));
-    ring_backward.push_back(timed([&] {
-      attend::ring_attention_backward(MPI_COMM_WORLD, q, k, v, ring_out, ring_lse, dout, H, G, causal);
-    }));
+    ring_backward.push_back(timed(
+        [&] { attend::ring_attention_backward(MPI_COMM_WORLD, q, k, v, ring_out, ring_lse, dout, H, G, causal); }));
     traffic_forward.push_back(timed([&] { ring_traffic(send, receive, ranks - 1); }));
     traffic_backward.push_back(timed([&] { ring_traffic(send, receive, 2 * ranks - 1); }));
   }
   if (rank == 0) {
     const double mib = static_cast<double>(send.size()) * sizeof(float) / (1 << 20);
-    std::printf("causal grouped-query attention, float: n = %ld, %ld query heads, %ld key/value heads, head_dim %ld; "
-                "%d ranks of 1 thread against 1 process of 1 thread; medians of %d rounds\n",
-                static_cast<long>(n), static_cast<long>(H), static_cast<long>(G), static_cast<long>(d), ranks, rounds);
-    std::printf("%-10s %14s %14s %10s %22s\n", "pass", "1 process (s)", "ring (s)", "speedup", "ring traffic alone (s)");
+    std::printf(
+        "causal grouped-query attention, float: n = %ld, %ld query heads, %ld key/value heads, head_dim %ld; "
+        "%d ranks of 1 thread against 1 process of 1 thread; medians of %d rounds\n",
+        static_cast<long>(n), static_cast<long>(H), static_cast<long>(G), static_cast<long>(d), ranks, rounds);
+    std::printf("%-10s %14s %14s %10s %22s\n", "pass", "1 process (s)", "ring (s)", "speedup",
+                "ring traffic alone (s)");
     std::printf("%-10s %14.3f %14.3f %9.2fx %22.4f\n", "forward", median(one_forward), median(ring_forward),
                 median(one_forward) / median(ring_forward), median(traffic_forward));
     std::printf("%-10s %14.3f %14.3f %9.2fx %22.4f\n", "backward", median(one_backward), median(ring_backward),
                 median(one_backward) / median(ring_backward), median(traffic_backward));
-    std::printf("each rank sends %.2f MiB of keys and values per ring step (forward: %d steps; backward: %d of them "
-                "and %d of their gradients)\n",
-                mib, ranks - 1, ranks - 1, ranks);
+    std::printf(
+        "each rank sends %.2f MiB of keys and values per ring step (forward: %d steps; backward: %d of them "
+        "and %d of their gradients)\n",
+        mib, ranks - 1, ranks - 1, ranks);
   }
   MPI_Finalize();
   return 0;

@@ -12,18 +12,18 @@
 // runs a rounding apart do, which a third run shows: rank 0 alone again, one weight changed by one unit in the last
 // place. The program prints the three curves and draws them (train_distributed_loss.png). A rank that throws calls
 // MPI_Abort with its message, so no other rank is left waiting.
-#include <attend/attend.hpp>
-#include <attend/distributed.hpp>
 #include <mpi.h>
 
 #include <algorithm>
+#include <attend/attend.hpp>
+#include <attend/distributed.hpp>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <limits>
+#include <sstream>
 #include <stdexcept>
 #include <string>
-#include <sstream>
 #include <vector>
 
 #include "plot.hpp"
@@ -98,7 +98,8 @@ std::string loss_script(int ranks) {
      << "set ylabel 'cross-entropy loss'\n"
      << "set grid\n"
      << "set key top right\n"
-     << "plot 'train_distributed_loss.csv' using 1:2 with lines lw 4 lc rgb '#9ecae1' title '1 process, whole batches', "
+     << "plot 'train_distributed_loss.csv' using 1:2 with lines lw 4 lc rgb '#9ecae1' title '1 process, whole "
+        "batches', "
         "\\\n"
      << "     '' using 1:3 with lines lw 1.5 lc rgb '#08519c' title '" << ranks << " ranks, a share each'\n"
      << "set title 'Relative difference from the 1-process run'\n"
@@ -122,7 +123,7 @@ int main(int argc, char** argv) {
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  try {
+  attend::run_or_abort(MPI_COMM_WORLD, [&] {
     attend::set_num_threads(1);
     const ex::fs::path dir = ex::output_directory(argc, argv);
     if (batch % ranks != 0)
@@ -133,10 +134,12 @@ int main(int argc, char** argv) {
     attend::broadcast_parameters(MPI_COMM_WORLD, model.parameters());
     std::vector<double> alone, nudged;
     if (rank == 0) {
-      std::printf("counting each token's occurrences in sequences of %ld tokens: d2l's Transformer encoder (%ld blocks, %ld hidden, %ld heads) "
-                  "and a linear head; Adam, batches of %ld; %d rank(s) of 1 thread\n",
-                  static_cast<long>(steps), static_cast<long>(blocks), static_cast<long>(hiddens),
-                  static_cast<long>(heads), static_cast<long>(batch), ranks);
+      std::printf(
+          "counting each token's occurrences in sequences of %ld tokens: d2l's Transformer encoder (%ld blocks, %ld "
+          "hidden, %ld heads) "
+          "and a linear head; Adam, batches of %ld; %d rank(s) of 1 thread\n",
+          static_cast<long>(steps), static_cast<long>(blocks), static_cast<long>(hiddens), static_cast<long>(heads),
+          static_cast<long>(batch), ranks);
       Model copy = model, nudged_copy = model;
       alone = train(copy, MPI_COMM_SELF, 0, batch);
       Scalar& weight = nudged_copy.head.parameters().front().value[0];
@@ -146,9 +149,11 @@ int main(int argc, char** argv) {
     const Index share = batch / ranks;
     const std::vector<double> together = train(model, MPI_COMM_WORLD, rank * share, share);
     if (rank == 0) {
-      std::printf("\nloss of 1 process, of %d ranks, and their relative difference; the same for 1 process with one "
-                  "weight one unit in the last place away\n step   1 process   %d ranks   difference   one ulp away   "
-                  "difference\n", ranks, ranks);
+      std::printf(
+          "\nloss of 1 process, of %d ranks, and their relative difference; the same for 1 process with one "
+          "weight one unit in the last place away\n step   1 process   %d ranks   difference   one ulp away   "
+          "difference\n",
+          ranks, ranks);
       ex::Table curve{{"step", "alone", "ranks", "ranks_difference", "nudged", "nudged_difference"}, {}};
       for (Index s = 0; s < training_steps; ++s) {
         const auto k = static_cast<std::size_t>(s);
@@ -156,17 +161,15 @@ int main(int argc, char** argv) {
         const double nudge = std::abs(nudged[k] - alone[k]) / alone[k];
         curve.rows.push_back({static_cast<double>(s), alone[k], together[k], apart, nudged[k], nudge});
         if (s % 25 == 0 || s + 1 == training_steps)
-          std::printf("%5ld   %9.6f   %8.6f   %10.1e   %12.6f   %10.1e\n", static_cast<long>(s), alone[k],
-                      together[k], apart, nudged[k], nudge);
+          std::printf("%5ld   %9.6f   %8.6f   %10.1e   %12.6f   %10.1e\n", static_cast<long>(s), alone[k], together[k],
+                      apart, nudged[k], nudge);
       }
-      std::printf("(double's rounding unit: %.1e)\n\n", static_cast<double>(std::numeric_limits<Scalar>::epsilon()) / 2);
+      std::printf("(double's rounding unit: %.1e)\n\n",
+                  static_cast<double>(std::numeric_limits<Scalar>::epsilon()) / 2);
       ex::write_csv(dir / "train_distributed_loss.csv", curve);
       ex::draw(dir, "train_distributed_loss", loss_script(ranks));
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_distributed: rank %d: %s\n", rank, e.what());
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+  });
   MPI_Finalize();
   return 0;
 }

@@ -2,10 +2,9 @@
 // a causal mask's work across the ranks, and the three kinds of causal block. Expected values from the definitions:
 // chunk c of 2P is [c N / 2P, (c + 1) N / 2P), rank r works on chunks r and 2P - 1 - r; a query at position i sees the
 // keys at positions 0 .. i, so a rank's causal work is the sum over its queries of i + 1.
+#include <algorithm>
 #include <attend/detail/ring_layout.hpp>
 #include <catch2/catch.hpp>
-
-#include <algorithm>
 #include <stdexcept>
 #include <vector>
 

@@ -4,13 +4,13 @@
 // bucket and smaller; a communicator of one rank; parameters that differ across ranks, and a rank with a null gradient:
 // every rank throws, none hangs. broadcast_parameters: every rank ends with the root's values.
 #define CATCH_CONFIG_RUNNER
+#include <mpi.h>
+
+#include <algorithm>
 #include <attend/distributed.hpp>
 #include <attend/linear.hpp>
 #include <attend/random.hpp>
 #include <catch2/catch.hpp>
-#include <mpi.h>
-
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -104,9 +104,10 @@ TEMPLATE_TEST_CASE("average_gradients over a communicator of one rank leaves the
   CHECK(layer.weight_grad() == before);
 }
 
-TEMPLATE_TEST_CASE("average_gradients refuses parameters that differ across ranks, on every rank, the gradients "
-                   "unchanged",
-                   "[distributed]", float, double) {
+TEMPLATE_TEST_CASE(
+    "average_gradients refuses parameters that differ across ranks, on every rank, the gradients "
+    "unchanged",
+    "[distributed]", float, double) {
   const int rank = world_rank();
   Model<TestType> model;
   std::vector<Parameter<TestType>> params = model.parameters();
@@ -118,8 +119,7 @@ TEMPLATE_TEST_CASE("average_gradients refuses parameters that differ across rank
   }
   SECTION("the last rank passes its parameters in another order") {
     if (rank == world_size() - 1) std::swap(params[0], params[1]);
-    REQUIRE_THROWS_WITH(attend::average_gradients(MPI_COMM_WORLD, params),
-                        Catch::Contains("differ in size or order"));
+    REQUIRE_THROWS_WITH(attend::average_gradients(MPI_COMM_WORLD, params), Catch::Contains("differ in size or order"));
   }
   SECTION("rank 1 has a parameter without gradient storage") {
     if (rank == 1) params[0].grad = nullptr;

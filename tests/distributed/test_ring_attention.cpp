@@ -5,13 +5,13 @@
 // within 1e-12; float: within 2e-5. One case of the gradients is also checked against central finite differences of
 // the ring's own forward pass, in double. Then the bad input: every rank throws the same message, none hangs.
 #define CATCH_CONFIG_RUNNER
+#include <mpi.h>
+
+#include <algorithm>
 #include <attend/distributed.hpp>
 #include <attend/random.hpp>
 #include <attend/scaled_dot_product_attention.hpp>
 #include <catch2/catch.hpp>
-#include <mpi.h>
-
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -49,7 +49,8 @@ std::vector<Index> shard_starts(Index n, int ranks) {
   Index weights = 0;
   for (int r = 0; r < ranks; ++r) weights += r + 2;
   std::vector<Index> starts(static_cast<std::size_t>(ranks) + 1, 0);
-  for (int r = 0; r < ranks; ++r) starts[static_cast<std::size_t>(r) + 1] = starts[static_cast<std::size_t>(r)] + n * (r + 2) / weights;
+  for (int r = 0; r < ranks; ++r)
+    starts[static_cast<std::size_t>(r) + 1] = starts[static_cast<std::size_t>(r)] + n * (r + 2) / weights;
   starts.back() = n;
   return starts;
 }
@@ -136,8 +137,8 @@ TEMPLATE_TEST_CASE("ring_attention gives each rank its shard of one process's at
   }
 }
 
-TEMPLATE_TEST_CASE("ring_attention_backward gives each rank its shard of one process's dQ, dK and dV",
-                   "[distributed]", float, double) {
+TEMPLATE_TEST_CASE("ring_attention_backward gives each rank its shard of one process's dQ, dK and dV", "[distributed]",
+                   float, double) {
   using Scalar = TestType;
   const int rank = world_rank(), ranks = world_size();
   for (const Case& c : cases()) {
@@ -148,15 +149,16 @@ TEMPLATE_TEST_CASE("ring_attention_backward gives each rank its shard of one pro
     const Tensor3<Scalar> dout = draw<Scalar>(c.batch, c.n, c.heads * c.value_dim, 24);
     const ScoreOptions<Scalar> options = options_of<Scalar>(c);
     Tensor3<Scalar> lse;
-    const Tensor3<Scalar> out = attend::scaled_dot_product_attention(q, k, v, c.heads, c.kv_heads, c.mask, options, &lse);
-    const attend::AttentionGradients<Scalar> whole = attend::scaled_dot_product_attention_backward(
-        q, k, v, out, lse, dout, c.heads, c.kv_heads, c.mask, options);
+    const Tensor3<Scalar> out =
+        attend::scaled_dot_product_attention(q, k, v, c.heads, c.kv_heads, c.mask, options, &lse);
+    const attend::AttentionGradients<Scalar> whole =
+        attend::scaled_dot_product_attention_backward(q, k, v, out, lse, dout, c.heads, c.kv_heads, c.mask, options);
     const std::vector<Index> starts = shard_starts(c.n, ranks);
     const Index begin = starts[static_cast<std::size_t>(rank)], end = starts[static_cast<std::size_t>(rank) + 1];
-    const attend::AttentionGradients<Scalar> ring = attend::ring_attention_backward(
-        MPI_COMM_WORLD, shard_of(q, begin, end), shard_of(k, begin, end), shard_of(v, begin, end),
-        shard_of(out, begin, end), shard_of(lse, begin, end), shard_of(dout, begin, end), c.heads, c.kv_heads, c.mask,
-        options);
+    const attend::AttentionGradients<Scalar> ring =
+        attend::ring_attention_backward(MPI_COMM_WORLD, shard_of(q, begin, end), shard_of(k, begin, end),
+                                        shard_of(v, begin, end), shard_of(out, begin, end), shard_of(lse, begin, end),
+                                        shard_of(dout, begin, end), c.heads, c.kv_heads, c.mask, options);
     CHECK(largest_difference(ring.queries, shard_of(whole.queries, begin, end)) <= tolerance<Scalar>());
     CHECK(largest_difference(ring.keys, shard_of(whole.keys, begin, end)) <= tolerance<Scalar>());
     CHECK(largest_difference(ring.values, shard_of(whole.values, begin, end)) <= tolerance<Scalar>());

@@ -13,10 +13,9 @@
 // square causal block.
 #pragma once
 
+#include <algorithm>
 #include <attend/config.hpp>
 #include <attend/tensor.hpp>
-
-#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -72,7 +71,7 @@ enum class Block { whole, none, diagonal };
 
 inline Block causal_block(const Span& queries, const Span& keys) {
   if (keys.end - 1 <= queries.begin) return Block::whole;  // the last key is at or before the first query
-  if (keys.begin >= queries.end) return Block::none;      // the first key is after the last query
+  if (keys.begin >= queries.end) return Block::none;       // the first key is after the last query
   if (keys == queries) return Block::diagonal;
   throw std::logic_error("ring attention: blocks of queries and keys overlap without being equal");
 }

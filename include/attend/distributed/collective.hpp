@@ -3,12 +3,15 @@
 //
 //   require_everywhere(comm, problem, where)   a rank's problem ("" for none) becomes every rank's exception
 //   require_same(comm, fields, where)          named integers every rank must agree on, compared across the ranks
+//   run_or_abort(comm, body)                   (public) body(), or on an exception its message and MPI_Abort
 #pragma once
+
+#include <mpi.h>
 
 #include <attend/config.hpp>
 #include <attend/tensor.hpp>
-#include <mpi.h>
-
+#include <cstdio>
+#include <exception>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -69,5 +72,24 @@ inline void require_same(MPI_Comm comm, const Fields& fields, const char* where)
 }
 
 }  // namespace detail
+
+// Runs body(). When it throws, prints "rank r: <what()>" to standard error and calls MPI_Abort(comm, 1), which ends
+// every process of comm: a rank that fails outside a collective check would otherwise leave the others waiting for a
+// message it will never send. Wrap a distributed program's work in it (examples/train_distributed.cpp).
+template <class Body>
+void run_or_abort(MPI_Comm comm, Body&& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", detail::comm_rank(comm), e.what());
+    std::fflush(stderr);
+    MPI_Abort(comm, 1);
+  } catch (...) {
+    std::fprintf(stderr, "rank %d: an exception not derived from std::exception\n", detail::comm_rank(comm));
+    std::fflush(stderr);
+    MPI_Abort(comm, 1);
+  }
+}
+
 }  // namespace ATTEND_ABI
 }  // namespace attend
