@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <attend/detail/ring_layout.hpp>
 #include <catch2/catch.hpp>
-#include <stdexcept>
 #include <vector>
 
 using attend::Index;
@@ -47,11 +46,29 @@ TEST_CASE("ring layout: the zigzag chunks cover the sequence once and give the r
     }
 }
 
-TEST_CASE("ring layout: under a causal mask a block is whole, empty or the chunk against itself", "[ring]") {
+TEST_CASE("ring layout: under a causal mask a block sees all of its keys, none, or those up to each query", "[ring]") {
   const ring::Span early{0, 5}, late{5, 9};
-  CHECK(ring::causal_block(late, early) == ring::Block::whole);
-  CHECK(ring::causal_block(early, late) == ring::Block::none);
-  CHECK(ring::causal_block(late, late) == ring::Block::diagonal);
-  CHECK(ring::causal_block(ring::Span{4, 5}, ring::Span{4, 5}) == ring::Block::whole);  // one query sees its key
-  CHECK_THROWS_AS(ring::causal_block(ring::Span{0, 6}, ring::Span{3, 9}), std::logic_error);
+  const ring::CausalBlock after = ring::causal_block(late, early);
+  CHECK((after.keys == early && after.whole));
+  CHECK(ring::causal_block(early, late).keys.empty());
+  // A chunk against itself: the square causal block, Mask::window(any, 0).
+  const ring::CausalBlock diagonal = ring::causal_block(late, late);
+  CHECK((diagonal.keys == late && !diagonal.whole && diagonal.right == 0));
+  CHECK(ring::causal_block(ring::Span{4, 5}, ring::Span{4, 5}).whole);  // one query sees its own key
+  // Queries [0, 6) against keys [3, 9): keys 3 .. 5 seen; query q (position q, aligned p = q + 3 - 6) sees key j (at
+  // 3 + j) when 3 + j <= q, that is j <= p + 0.
+  const ring::CausalBlock overlap = ring::causal_block(ring::Span{0, 6}, ring::Span{3, 9});
+  CHECK((overlap.keys == ring::Span{3, 6} && !overlap.whole && overlap.right == 0));
+  // Queries [0, 10) against keys [0, 5): query q sees j <= q; aligned p = q + 5 - 10, so right = 5.
+  const ring::CausalBlock short_keys = ring::causal_block(ring::Span{0, 10}, ring::Span{0, 5});
+  CHECK((short_keys.keys == ring::Span{0, 5} && !short_keys.whole && short_keys.right == 5));
+}
+
+TEST_CASE("ring layout: a span cut into pieces", "[ring]") {
+  const std::vector<ring::Span> cut = ring::pieces(ring::Span{3, 12}, 4);
+  REQUIRE(cut.size() == 3);
+  CHECK(cut[0] == ring::Span{3, 7});
+  CHECK(cut[1] == ring::Span{7, 11});
+  CHECK(cut[2] == ring::Span{11, 12});
+  CHECK(ring::pieces(ring::Span{2, 2}, 4).empty());
 }

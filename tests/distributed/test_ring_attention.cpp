@@ -98,6 +98,9 @@ std::vector<Case> cases() {
        (Mask({9, 0}) && Mask::causal()).when_fully_masked(attend::FullyMasked::zero), false},
       {"no mask, softcap and ALiBi", 1, 23, 2, 2, 8, 8, Mask{}, true},
       {"fewer positions than chunks", 1, 3, 2, 1, 4, 4, Mask::causal(), false},
+      // Longer than one call of the core (tuning::ring_query_rows = 1024 queries): the pieces and their masks.
+      {"no mask, shards longer than one call", 1, 2600, 2, 1, 4, 4, Mask{}, false},
+      {"causal, chunks longer than one call", 1, 5000, 2, 1, 4, 4, Mask::causal(), false},
   };
 }
 

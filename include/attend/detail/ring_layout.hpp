@@ -8,15 +8,13 @@
 // sequence is therefore cut into 2P chunks of near-equal length and rank r works on chunks r and 2P - 1 - r (the
 // zigzag order): every rank then scores the same number of keys to within a chunk's rounding.
 //
-// Two chunks never overlap, so a chunk of queries against a chunk of keys is one of three blocks: every key visible
-// (the keys end before the queries begin), none (they begin after the queries end) or the chunk against itself, a
-// square causal block.
+// A block of queries against a block of keys sees all of the keys, none, or those before the queries' end through a
+// window reaching up to each query's own position (causal_block).
 #pragma once
 
 #include <algorithm>
 #include <attend/config.hpp>
 #include <attend/tensor.hpp>
-#include <stdexcept>
 #include <vector>
 
 namespace attend {
@@ -66,14 +64,31 @@ inline Index positions(const std::vector<Span>& spans) {
   return n;
 }
 
-// What a block of queries at `queries` computes against keys at `keys` under the causal mask.
-enum class Block { whole, none, diagonal };
+// Under the causal mask a query at position i sees the keys at positions up to i. For queries at `queries` against keys
+// at `keys`: the keys some query sees (those before the queries' end; empty when there is none), and whether every
+// query sees all of them. When not, query q of the block (its aligned position p = q + K - Q, bottom-right, over the
+// K keys seen) sees key j when j <= p + right, with right = queries.end - keys_seen.end: Mask::window(any, right).
+struct CausalBlock {
+  Span keys;          // the keys seen by some query
+  bool whole = true;  // every query sees every one of them
+  Index right = 0;    // otherwise, the reach of the window beyond the aligned position
+};
 
-inline Block causal_block(const Span& queries, const Span& keys) {
-  if (keys.end - 1 <= queries.begin) return Block::whole;  // the last key is at or before the first query
-  if (keys.begin >= queries.end) return Block::none;       // the first key is after the last query
-  if (keys == queries) return Block::diagonal;
-  throw std::logic_error("ring attention: blocks of queries and keys overlap without being equal");
+inline CausalBlock causal_block(const Span& queries, const Span& keys) {
+  CausalBlock block;
+  block.keys = Span{keys.begin, std::min(keys.end, queries.end)};
+  if (block.keys.empty() || queries.empty()) return {Span{}, true, 0};
+  block.whole = block.keys.end - 1 <= queries.begin;  // the last key seen is at or before the first query
+  block.right = queries.end - block.keys.end;
+  return block;
+}
+
+// Span i cut into pieces of at most `rows` positions.
+inline std::vector<Span> pieces(const Span& span, Index rows) {
+  std::vector<Span> out;
+  for (Index begin = span.begin; begin < span.end; begin += rows)
+    out.push_back({begin, std::min(span.end, begin + rows)});
+  return out;
 }
 
 }  // namespace ring

@@ -83,6 +83,12 @@ constexpr Eigen::Index bf16_key_chunk = 256;
 // the bucket stays in cache. (PyTorch's DistributedDataParallel buckets 25 MiB by default.)
 constexpr long long gradient_bucket_bytes = 4ll << 20;
 
+// Ring attention (attend/distributed/ring_attention.hpp) calls the core on at most this many query rows at a time and
+// polls the ring's messages between calls: without a progress thread MPI moves a message only inside MPI's own calls,
+// so a step of one call would leave the next block waiting until the step ends. 1024 rows against a block of keys is
+// long beside a poll, and the core packs the block's keys once per call, a fraction 1 / 1024 of its products.
+constexpr Eigen::Index ring_query_rows = 1024;
+
 // Packing a panel of B whose rows lie closer than its columns, neither of them adjacent (b_strided's general
 // layout, such as one tap of Conv1d's (out, in, k) weight: strides k and k * in), writes this many steps of a
 // micro-panel at a time, at most 64 rows of 256 bytes, so that they stay in L1 while every column is written rather

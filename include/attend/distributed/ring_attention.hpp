@@ -156,15 +156,6 @@ inline Index offset_of(const std::vector<Span>& spans, std::size_t i) {
   return before;
 }
 
-// The heads, from column `column`, of span i of a buffer of spans each (batch, span, width).
-template <class Element>
-Heads<Element> span_heads(Element* buffer, const std::vector<Span>& spans, std::size_t i, Index batch, Index width,
-                          Index column, Index count, Index dim) {
-  const Index length = spans[i].size();
-  return Heads<Element>{
-      buffer + batch * offset_of(spans, i) * width + column, width, length, batch, length, count, dim, dim};
-}
-
 // Moves rows of `width` Scalars from layout `from` to layout `to` (one MPI_Alltoallv): this rank's rows in `from` are
 // `source`, its spans in order, each (batch, span, width); `target` receives its spans of `to` likewise.
 template <class Scalar>
@@ -219,28 +210,70 @@ void exchange(MPI_Comm comm, const Layout& from, const Layout& to, Index batch, 
     });
 }
 
-// The mask of queries at `q` against keys at `k` under the plan, with FullyMasked::zero (a row that sees none of
-// these keys contributes nothing to the merge); false when no query sees any of them.
-inline bool block_mask(const Plan& p, const Span& q, const Span& k, Mask& mask) {
-  if (q.empty() || k.empty()) return false;
-  Mask m;
-  if (p.causal) {
-    const Block block = causal_block(q, k);
-    if (block == Block::none) return false;
-    if (block == Block::diagonal) m = Mask::causal();
-  }
-  if (!p.lens.empty()) {
-    std::vector<Index> local(p.lens.size());
-    bool any = false;
-    for (std::size_t b = 0; b < local.size(); ++b) {
-      local[b] = std::clamp(p.lens[b] - k.begin, Index(0), k.size());
-      any = any || local[b] > 0;
+// One call of the core: queries at `queries`, a piece of span i of this rank's work, against keys at `keys`, a part of
+// span j of the block held, under `mask` (FullyMasked::zero: a row that sees none of these keys adds nothing to the
+// merge).
+struct BlockCall {
+  Span queries, keys;
+  Mask mask;
+};
+
+// The core's calls for this rank's span `queries` against the held block's span `keys`: the queries in pieces of
+// tuning::ring_query_rows (the messages are polled between calls), each against the keys some of its queries see.
+inline std::vector<BlockCall> block_calls(const Plan& p, const Span& queries, const Span& keys) {
+  std::vector<BlockCall> calls;
+  if (keys.empty()) return calls;
+  for (const Span& q : pieces(queries, tuning::ring_query_rows)) {
+    BlockCall call{q, keys, Mask{}};
+    if (p.causal) {
+      const CausalBlock seen = causal_block(q, keys);
+      if (seen.keys.empty()) continue;
+      call.keys = seen.keys;
+      if (!seen.whole) call.mask = Mask::window(p.total, seen.right);
     }
-    if (!any) return false;
-    m = m && Mask(ValidLens::per_batch(std::move(local)));
+    if (!p.lens.empty()) {
+      std::vector<Index> local(p.lens.size());
+      bool any = false;
+      for (std::size_t b = 0; b < local.size(); ++b) {
+        local[b] = std::clamp(p.lens[b] - call.keys.begin, Index(0), call.keys.size());
+        any = any || local[b] > 0;
+      }
+      if (!any) continue;
+      call.mask = call.mask && Mask(ValidLens::per_batch(std::move(local)));
+    }
+    call.mask = call.mask.when_fully_masked(FullyMasked::zero);
+    calls.push_back(std::move(call));
   }
-  mask = m.when_fully_masked(FullyMasked::zero);
-  return true;
+  return calls;
+}
+
+// The row, in a buffer of spans each (batch, span, width), of batch row b's first position of `part`, a part of span i.
+inline Index row_of(const std::vector<Span>& spans, std::size_t i, const Span& part, Index batch, Index b) {
+  return batch * offset_of(spans, i) + b * spans[i].size() + part.begin - spans[i].begin;
+}
+
+// The heads, from column `column`, of positions `part` of span i of a buffer of spans each (batch, span, width).
+template <class Element>
+Heads<Element> part_heads(Element* buffer, const std::vector<Span>& spans, std::size_t i, const Span& part, Index batch,
+                          Index width, Index count, Index dim) {
+  return Heads<Element>{
+      buffer + row_of(spans, i, part, batch, 0) * width, width, spans[i].size(), batch, part.size(), count, dim, dim};
+}
+
+// The heads of a contiguous (batch, rows, count * dim).
+template <class Element>
+Heads<Element> dense_heads(Element* data, Index batch, Index rows, Index count, Index dim) {
+  return Heads<Element>{data, count * dim, rows, batch, rows, count, dim, dim};
+}
+
+// to[row_of(b) ...] += from[b ...] for each batch row: `rows` rows of `width` per batch row.
+template <class Scalar, class RowOf>
+void add_rows(Scalar* to, const Scalar* from, Index batch, Index rows, Index width, RowOf row_of_batch) {
+  for (Index b = 0; b < batch; ++b) {
+    Scalar* y = to + row_of_batch(b) * width;
+    const Scalar* x = from + b * rows * width;
+    for (Index e = 0; e < rows * width; ++e) y[e] += x[e];
+  }
 }
 
 // The core's call for queries at `q` against keys at `k`: the score rule with ALiBi's positions on the sequence.
@@ -343,7 +376,9 @@ Tensor3<Scalar> ring_attention(MPI_Comm comm, const Tensor3<Scalar>& queries, co
 
     // 2. Around the ring.
     Tensor3<Scalar> out(B, positions, co), out_lse(B, positions, H);  // spans in order, each (batch, span, co | H)
-    Tensor3<Scalar> part(B, positions, co), part_lse(B, positions, H);
+    const Index piece = std::min(positions, detail::tuning::ring_query_rows);  // the most query rows of one call
+    std::vector<Scalar> part(static_cast<std::size_t>(B * piece * co)),
+        part_lse(static_cast<std::size_t>(B * piece * H));
     out.setZero();
     out_lse.setConstant(-std::numeric_limits<Scalar>::infinity());
     detail::core::Buffers<Scalar> buffers;
@@ -364,20 +399,21 @@ Tensor3<Scalar> ring_attention(MPI_Comm comm, const Tensor3<Scalar>& queries, co
       const Scalar* K = current.data();
       const Scalar* V = current.data() + B * held_positions * ck;
       for (std::size_t i = 0; i < mine.size(); ++i)
-        for (std::size_t j = 0; j < held.size(); ++j) {
-          Mask block;
-          if (!ring::block_mask(p, mine[i], held[j], block)) continue;
-          const Index at = B * ring::offset_of(mine, i);  // the span's first row of out and lse
-          const auto call = ring::block_call<Scalar>(ring::span_heads<const Scalar>(Q.data(), mine, i, B, cq, 0, H, d),
-                                                     ring::span_heads<const Scalar>(K, held, j, B, ck, 0, G, d),
-                                                     ring::span_heads<const Scalar>(V, held, j, B, cv, 0, G, dv), block,
-                                                     options, mine[i], held[j]);
-          detail::core::forward(call, ring::span_heads<Scalar>(part.data(), mine, i, B, co, 0, H, dv),
-                                part_lse.data() + at * H, buffers);
-          ring::merge(out.data() + at * co, out_lse.data() + at * H, part.data() + at * co, part_lse.data() + at * H,
-                      B * mine[i].size() * H, dv);
-          ring::progress(requests);
-        }
+        for (std::size_t j = 0; j < held.size(); ++j)
+          for (const ring::BlockCall& c : ring::block_calls(p, mine[i], held[j])) {
+            const Index rows = c.queries.size();
+            const auto call = ring::block_call<Scalar>(
+                ring::part_heads<const Scalar>(Q.data(), mine, i, c.queries, B, cq, H, d),
+                ring::part_heads<const Scalar>(K, held, j, c.keys, B, ck, G, d),
+                ring::part_heads<const Scalar>(V, held, j, c.keys, B, cv, G, dv), c.mask, options, c.queries, c.keys);
+            detail::core::forward(call, ring::dense_heads(part.data(), B, rows, H, dv), part_lse.data(), buffers);
+            for (Index b = 0; b < B; ++b) {
+              const Index row = ring::row_of(mine, i, c.queries, B, b);
+              ring::merge(out.data() + row * co, out_lse.data() + row * H, part.data() + b * rows * co,
+                          part_lse.data() + b * rows * H, rows * H, dv);
+            }
+            ring::progress(requests);
+          }
       ring::finish(requests);
       std::swap(current, next);
     }
@@ -458,8 +494,11 @@ AttentionGradients<Scalar> ring_attention_backward(MPI_Comm comm, const Tensor3<
 
     // 2. Around the ring. The gradients of the block held travel after it, laid out as its keys and values: `grads`
     // holds the held block's, `arriving` receives the next one's.
-    Tensor3<Scalar> dQ(B, positions, cq), dQ_part(B, positions, cq);
+    Tensor3<Scalar> dQ(B, positions, cq);  // spans in order, each (batch, span, cq)
     dQ.setZero();
+    const Index piece = std::min(positions, detail::tuning::ring_query_rows);  // the most query rows of one call
+    std::vector<Scalar> dQ_part(static_cast<std::size_t>(B * piece * cq)),
+        part_lse(static_cast<std::size_t>(B * piece * H));
     std::vector<Scalar> grads(current.size()), arriving(current.size()), block_grads(current.size());
     std::vector<Scalar> dK_part(static_cast<std::size_t>(B * largest * ck)),
         dV_part(static_cast<std::size_t>(B * largest * cv));
@@ -485,28 +524,30 @@ AttentionGradients<Scalar> ring_attention_backward(MPI_Comm comm, const Tensor3<
       Scalar* dK = block_grads.data();
       Scalar* dV = block_grads.data() + B * held_positions * ck;
       for (std::size_t i = 0; i < mine.size(); ++i)
-        for (std::size_t j = 0; j < held.size(); ++j) {
-          Mask block;
-          if (!ring::block_mask(p, mine[i], held[j], block)) continue;
-          const Index at = B * ring::offset_of(mine, i), keys_at = B * ring::offset_of(held, j);
-          const auto call = ring::block_call<Scalar>(ring::span_heads<const Scalar>(Q.data(), mine, i, B, cq, 0, H, d),
-                                                     ring::span_heads<const Scalar>(K, held, j, B, ck, 0, G, d),
-                                                     ring::span_heads<const Scalar>(V, held, j, B, cv, 0, G, dv), block,
-                                                     options, mine[i], held[j]);
-          const Index rows = B * held[j].size();
-          detail::core::backward(
-              call, ring::span_heads<const Scalar>(O.data(), mine, i, B, co, 0, H, dv), L.data() + at * H,
-              ring::span_heads<const Scalar>(dO.data(), mine, i, B, co, 0, H, dv),
-              ring::span_heads<Scalar>(dQ_part.data(), mine, i, B, cq, 0, H, d),
-              detail::Heads<Scalar>{dK_part.data(), ck, held[j].size(), B, held[j].size(), G, d, d},
-              detail::Heads<Scalar>{dV_part.data(), cv, held[j].size(), B, held[j].size(), G, dv, dv}, buffers);
-          const Index q_size = B * mine[i].size() * cq;
-          for (Index e = 0; e < q_size; ++e) dQ.data()[at * cq + e] += dQ_part.data()[at * cq + e];
-          for (Index e = 0; e < rows * ck; ++e) dK[keys_at * ck + e] += dK_part[static_cast<std::size_t>(e)];
-          for (Index e = 0; e < rows * cv; ++e) dV[keys_at * cv + e] += dV_part[static_cast<std::size_t>(e)];
-          ring::progress(kv_requests);
-          ring::progress(grad_requests);
-        }
+        for (std::size_t j = 0; j < held.size(); ++j)
+          for (const ring::BlockCall& c : ring::block_calls(p, mine[i], held[j])) {
+            const Index rows = c.queries.size(), seen = c.keys.size();
+            const auto call = ring::block_call<Scalar>(
+                ring::part_heads<const Scalar>(Q.data(), mine, i, c.queries, B, cq, H, d),
+                ring::part_heads<const Scalar>(K, held, j, c.keys, B, ck, G, d),
+                ring::part_heads<const Scalar>(V, held, j, c.keys, B, cv, G, dv), c.mask, options, c.queries, c.keys);
+            for (Index b = 0; b < B; ++b) {  // the core reads lse as (batch, rows, H), contiguous
+              const Scalar* from = L.data() + ring::row_of(mine, i, c.queries, B, b) * H;
+              std::copy(from, from + rows * H, part_lse.data() + b * rows * H);
+            }
+            detail::core::backward(
+                call, ring::part_heads<const Scalar>(O.data(), mine, i, c.queries, B, co, H, dv), part_lse.data(),
+                ring::part_heads<const Scalar>(dO.data(), mine, i, c.queries, B, co, H, dv),
+                ring::dense_heads(dQ_part.data(), B, rows, H, d), ring::dense_heads(dK_part.data(), B, seen, G, d),
+                ring::dense_heads(dV_part.data(), B, seen, G, dv), buffers);
+            const auto query_row = [&](Index b) { return ring::row_of(mine, i, c.queries, B, b); };
+            const auto key_row = [&](Index b) { return ring::row_of(held, j, c.keys, B, b); };
+            ring::add_rows(dQ.data(), dQ_part.data(), B, rows, cq, query_row);
+            ring::add_rows(dK, dK_part.data(), B, seen, ck, key_row);
+            ring::add_rows(dV, dV_part.data(), B, seen, cv, key_row);
+            ring::progress(kv_requests);
+            ring::progress(grad_requests);
+          }
       // The held block's gradients: what came before it (from rank r - 1, after the first step) plus this rank's; then
       // on to rank r + 1. After the last step they reach the block's home.
       ring::finish(grad_requests);
