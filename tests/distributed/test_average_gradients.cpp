@@ -3,34 +3,24 @@
 // double from the same seeds, within the rounding of a sum of `ranks` terms and one division. Parameters larger than a
 // bucket and smaller; a communicator of one rank; parameters that differ across ranks, and a rank with a null gradient:
 // every rank throws, none hangs. broadcast_parameters: every rank ends with the root's values.
-#define CATCH_CONFIG_RUNNER
-#include <mpi.h>
-
-#include <algorithm>
 #include <attend/distributed.hpp>
 #include <attend/linear.hpp>
 #include <attend/random.hpp>
 #include <catch2/catch.hpp>
+#include <mpi.h>
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <vector>
 
+#include "mpi_world.hpp"
+
 using attend::Index;
 using attend::Parameter;
 
 namespace {
-
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-int world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
 
 // The gradient values rank r draws for parameter i, element k: the same on every rank that asks.
 template <class Scalar>
@@ -150,14 +140,4 @@ TEMPLATE_TEST_CASE("broadcast_parameters gives every rank the root's values", "[
   if (rank == 1) fewer.pop_back();
   REQUIRE_THROWS_AS(attend::broadcast_parameters(MPI_COMM_WORLD, fewer, root), std::invalid_argument);
   if (rank == 0) CHECK(params[0].value[0] == Scalar(7));  // a refused call leaves the values as they were
-}
-
-int main(int argc, char* argv[]) {
-  MPI_Init(&argc, &argv);
-  const int failed = Catch::Session().run(argc, argv);
-  // Every rank runs the same tests; the program fails when any rank's do.
-  int worst = 0;
-  MPI_Allreduce(&failed, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
 }

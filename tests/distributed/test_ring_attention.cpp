@@ -4,19 +4,20 @@
 // (which test_attention_gradients and test_core_paths check against PyTorch's fixtures and finite differences). Double:
 // within 1e-12; float: within 2e-5. One case of the gradients is also checked against central finite differences of
 // the ring's own forward pass, in double. Then the bad input: every rank throws the same message, none hangs.
-#define CATCH_CONFIG_RUNNER
-#include <mpi.h>
-
-#include <algorithm>
 #include <attend/distributed.hpp>
 #include <attend/random.hpp>
 #include <attend/scaled_dot_product_attention.hpp>
 #include <catch2/catch.hpp>
+#include <mpi.h>
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "mpi_world.hpp"
 
 using attend::Index;
 using attend::Mask;
@@ -24,17 +25,6 @@ using attend::ScoreOptions;
 using attend::Tensor3;
 
 namespace {
-
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-int world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
 
 template <class Scalar>
 Tensor3<Scalar> draw(Index batch, Index n, Index columns, std::uint64_t seed) {
@@ -270,13 +260,4 @@ TEMPLATE_TEST_CASE("ring_attention refuses bad or inconsistent shards on every r
     REQUIRE_THROWS_WITH(attend::ring_attention(MPI_COMM_WORLD, q, k, v, heads, 1, mask, options),
                         Catch::Contains(expected));
   }
-}
-
-int main(int argc, char* argv[]) {
-  MPI_Init(&argc, &argv);
-  const int failed = Catch::Session().run(argc, argv);
-  int worst = 0;
-  MPI_Allreduce(&failed, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
 }

@@ -61,9 +61,37 @@ struct Plan {
   FullyMasked rule = FullyMasked::uniform;
   Layout shards, work;
 
+  // Columns of Q, K, V and O.
+  Index cq() const { return heads * dim; }
+  Index ck() const { return kv_heads * dim; }
+  Index cv() const { return kv_heads * value_dim; }
+  Index co() const { return heads * value_dim; }
   const std::vector<Span>& mine() const { return work[static_cast<std::size_t>(rank)]; }
-  Index width(Index count, Index features) const { return count * features; }
+  // The block of keys and values of rank r's work, (batch, its positions, ck + cv) keys first: its elements.
+  Index block_size(int r) const { return batch * positions(work[static_cast<std::size_t>(r)]) * (ck() + cv()); }
+  Index largest_positions() const {
+    Index largest = 0;
+    for (const auto& spans : work) largest = std::max(largest, positions(spans));
+    return largest;
+  }
+  Index largest_block() const { return batch * largest_positions() * (ck() + cv()); }
+  // At step s this rank holds the block of owner(s); the next rank on the ring, and the one before.
+  int owner(int step) const { return (rank - step + ranks) % ranks; }
+  int after() const { return (rank + 1) % ranks; }
+  int before() const { return (rank + ranks - 1) % ranks; }
 };
+
+// One turn of the ring at `step`: posts the send of `held` (a block laid out as owner(step)'s keys and values) to the
+// next rank and the receipt into `arriving` of the previous rank's, which holds owner(step + 1)'s.
+template <class Scalar>
+void pass(MPI_Comm comm, const Plan& p, int step, int tag, const Scalar* held, Scalar* arriving,
+          std::vector<MPI_Request>& requests) {
+  requests.resize(2);
+  MPI_Irecv(arriving, static_cast<int>(p.block_size(p.owner(step + 1))), mpi_type<Scalar>(), p.before(), tag, comm,
+            &requests[0]);
+  MPI_Isend(held, static_cast<int>(p.block_size(p.owner(step))), mpi_type<Scalar>(), p.after(), tag, comm,
+            &requests[1]);
+}
 
 // The bits of a Scalar, for comparing options across ranks.
 template <class Scalar>
@@ -359,17 +387,13 @@ Tensor3<Scalar> ring_attention(MPI_Comm comm, const Tensor3<Scalar>& queries, co
       return scaled_dot_product_attention(queries, keys, values, num_heads, num_kv_heads, mask, options, lse);
 
     const Index B = p.batch, H = p.heads, G = p.kv_heads, d = p.dim, dv = p.value_dim;
-    const Index cq = H * d, ck = G * d, cv = G * dv, co = H * dv;
+    const Index cq = p.cq(), ck = p.ck(), cv = p.cv(), co = p.co();
     const auto& mine = p.mine();
     const Index positions = ring::positions(mine);
-    // The largest block of keys and values that comes by: (batch, its positions, ck + cv).
-    Index largest = 0;
-    for (const auto& spans : p.work) largest = std::max(largest, ring::positions(spans));
-    const Index message = B * largest * (ck + cv);
 
     // 1. This rank's queries, and keys and values, in its work spans.
     Tensor3<Scalar> Q(B, positions, cq);  // spans in order, each (batch, span, cq)
-    std::vector<Scalar> current(static_cast<std::size_t>(message)), next(current.size());  // keys, then values
+    std::vector<Scalar> current(static_cast<std::size_t>(p.largest_block())), next(current.size());  // keys, values
     ring::exchange(comm, p.shards, p.work, B, cq, queries.data(), Q.data());
     ring::exchange(comm, p.shards, p.work, B, ck, keys.data(), current.data());
     ring::exchange(comm, p.shards, p.work, B, cv, values.data(), current.data() + B * positions * ck);
@@ -382,20 +406,11 @@ Tensor3<Scalar> ring_attention(MPI_Comm comm, const Tensor3<Scalar>& queries, co
     out.setZero();
     out_lse.setConstant(-std::numeric_limits<Scalar>::infinity());
     detail::core::Buffers<Scalar> buffers;
-    const int after = (p.rank + 1) % p.ranks, before = (p.rank + p.ranks - 1) % p.ranks;
     std::vector<MPI_Request> requests;
     for (int step = 0; step < p.ranks; ++step) {
-      const int owner = (p.rank - step + p.ranks) % p.ranks, coming = (owner + p.ranks - 1) % p.ranks;
-      const auto& held = p.work[static_cast<std::size_t>(owner)];
+      const auto& held = p.work[static_cast<std::size_t>(p.owner(step))];
       const Index held_positions = ring::positions(held);
-      if (step + 1 < p.ranks) {
-        requests.resize(2);
-        const Index coming_size = B * ring::positions(p.work[static_cast<std::size_t>(coming)]) * (ck + cv);
-        MPI_Irecv(next.data(), static_cast<int>(coming_size), detail::mpi_type<Scalar>(), before, step, comm,
-                  &requests[0]);
-        MPI_Isend(current.data(), static_cast<int>(B * held_positions * (ck + cv)), detail::mpi_type<Scalar>(), after,
-                  step, comm, &requests[1]);
-      }
+      if (step + 1 < p.ranks) ring::pass(comm, p, step, step, current.data(), next.data(), requests);
       const Scalar* K = current.data();
       const Scalar* V = current.data() + B * held_positions * ck;
       for (std::size_t i = 0; i < mine.size(); ++i)
@@ -475,16 +490,13 @@ AttentionGradients<Scalar> ring_attention_backward(MPI_Comm comm, const Tensor3<
                                                    num_kv_heads, mask, options);
 
     const Index B = p.batch, H = p.heads, G = p.kv_heads, d = p.dim, dv = p.value_dim;
-    const Index cq = H * d, ck = G * d, cv = G * dv, co = H * dv;
+    const Index cq = p.cq(), ck = p.ck(), cv = p.cv(), co = p.co();
     const auto& mine = p.mine();
     const Index positions = ring::positions(mine);
-    Index largest = 0;
-    for (const auto& spans : p.work) largest = std::max(largest, ring::positions(spans));
-    const Index message = B * largest * (ck + cv);
 
     // 1. This rank's queries, output, dO and lse, and keys and values, in its work spans.
     Tensor3<Scalar> Q(B, positions, cq), O(B, positions, co), dO(B, positions, co), L(B, positions, H);
-    std::vector<Scalar> current(static_cast<std::size_t>(message)), next(current.size());  // keys, then values
+    std::vector<Scalar> current(static_cast<std::size_t>(p.largest_block())), next(current.size());  // keys, values
     ring::exchange(comm, p.shards, p.work, B, cq, queries.data(), Q.data());
     ring::exchange(comm, p.shards, p.work, B, co, output.data(), O.data());
     ring::exchange(comm, p.shards, p.work, B, co, grad_output.data(), dO.data());
@@ -500,24 +512,15 @@ AttentionGradients<Scalar> ring_attention_backward(MPI_Comm comm, const Tensor3<
     std::vector<Scalar> dQ_part(static_cast<std::size_t>(B * piece * cq)),
         part_lse(static_cast<std::size_t>(B * piece * H));
     std::vector<Scalar> grads(current.size()), arriving(current.size()), block_grads(current.size());
-    std::vector<Scalar> dK_part(static_cast<std::size_t>(B * largest * ck)),
-        dV_part(static_cast<std::size_t>(B * largest * cv));
+    std::vector<Scalar> dK_part(static_cast<std::size_t>(B * p.largest_positions() * ck)),
+        dV_part(static_cast<std::size_t>(B * p.largest_positions() * cv));
     detail::core::Buffers<Scalar> buffers;
-    const int after = (p.rank + 1) % p.ranks, before = (p.rank + p.ranks - 1) % p.ranks;
     const int tags = p.ranks;  // the gradients' tags follow the keys'
     std::vector<MPI_Request> kv_requests, grad_requests;
     for (int step = 0; step < p.ranks; ++step) {
-      const int owner = (p.rank - step + p.ranks) % p.ranks, coming = (owner + p.ranks - 1) % p.ranks;
-      const auto& held = p.work[static_cast<std::size_t>(owner)];
-      const Index held_positions = ring::positions(held), held_size = B * held_positions * (ck + cv);
-      if (step + 1 < p.ranks) {
-        kv_requests.resize(2);
-        const Index coming_size = B * ring::positions(p.work[static_cast<std::size_t>(coming)]) * (ck + cv);
-        MPI_Irecv(next.data(), static_cast<int>(coming_size), detail::mpi_type<Scalar>(), before, step, comm,
-                  &kv_requests[0]);
-        MPI_Isend(current.data(), static_cast<int>(held_size), detail::mpi_type<Scalar>(), after, step, comm,
-                  &kv_requests[1]);
-      }
+      const auto& held = p.work[static_cast<std::size_t>(p.owner(step))];
+      const Index held_positions = ring::positions(held), held_size = p.block_size(p.owner(step));
+      if (step + 1 < p.ranks) ring::pass(comm, p, step, step, current.data(), next.data(), kv_requests);
       const Scalar* K = current.data();
       const Scalar* V = current.data() + B * held_positions * ck;
       std::fill(block_grads.begin(), block_grads.begin() + held_size, Scalar(0));
@@ -555,12 +558,7 @@ AttentionGradients<Scalar> ring_attention_backward(MPI_Comm comm, const Tensor3<
         const auto k = static_cast<std::size_t>(e);
         grads[k] = step == 0 ? block_grads[k] : arriving[k] + block_grads[k];
       }
-      grad_requests.resize(2);
-      const Index coming_size = B * ring::positions(p.work[static_cast<std::size_t>(coming)]) * (ck + cv);
-      MPI_Irecv(arriving.data(), static_cast<int>(coming_size), detail::mpi_type<Scalar>(), before, tags + step, comm,
-                &grad_requests[0]);
-      MPI_Isend(grads.data(), static_cast<int>(held_size), detail::mpi_type<Scalar>(), after, tags + step, comm,
-                &grad_requests[1]);
+      ring::pass(comm, p, step, tags + step, grads.data(), arriving.data(), grad_requests);
       ring::finish(kv_requests);
       std::swap(current, next);
     }
