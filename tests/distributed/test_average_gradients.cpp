@@ -5,7 +5,10 @@
 // every rank throws, none hangs. broadcast_parameters: every rank ends with the root's values.
 #include <attend/distributed.hpp>
 #include <attend/linear.hpp>
+#include <attend/loss.hpp>
+#include <attend/optim.hpp>
 #include <attend/random.hpp>
+#include <attend/transformer_encoder.hpp>
 #include <catch2/catch.hpp>
 #include <mpi.h>
 
@@ -140,4 +143,59 @@ TEMPLATE_TEST_CASE("broadcast_parameters gives every rank the root's values", "[
   if (rank == 1) fewer.pop_back();
   REQUIRE_THROWS_AS(attend::broadcast_parameters(MPI_COMM_WORLD, fewer, root), std::invalid_argument);
   if (rank == 0) CHECK(params[0].value[0] == Scalar(7));  // a refused call leaves the values as they were
+}
+
+// Data-parallel training as examples/train_distributed.cpp does it: a small d2l Transformer encoder and a linear head,
+// started from rank 0's model by broadcast_parameters, each rank on its equal share of every batch, then
+// average_gradients and Adam. The losses of five steps (the mean over the ranks of their shares' mean losses) equal
+// those of one process training the same start on the whole batches, to the rounding of sums taken in another order.
+TEST_CASE("average_gradients: data-parallel training takes the steps of one process, in double", "[distributed]") {
+  const int rank = world_rank(), ranks = world_size();
+  const Index vocab = 7, steps = 5, batch = 12, classes = 4;
+  struct Net {
+    attend::TransformerEncoder<double> encoder{7, 8, 16, 2, 1, 0.0};
+    attend::Linear<double> head{8, 4, true};
+    std::vector<Parameter<double>> parameters() {
+      std::vector<Parameter<double>> all = encoder.parameters(), more = head.parameters();
+      all.insert(all.end(), more.begin(), more.end());
+      return all;
+    }
+  };
+  const auto batch_of = [&](int step) {
+    attend::Generator generator(500 + static_cast<std::uint64_t>(step));
+    attend::Matrix<Index> tokens(batch, steps), labels(batch, steps);
+    for (Index i = 0; i < tokens.size(); ++i)
+      tokens.data()[i] = static_cast<Index>(generator.uniform(0.0, 1.0) * vocab);
+    for (Index i = 0; i < labels.size(); ++i) labels.data()[i] = tokens.data()[i] % classes;
+    return std::make_pair(tokens, labels);
+  };
+  // Trains over comm on rows [first, first + rows) of each batch; the loss of each step.
+  const auto train = [&](Net& net, MPI_Comm comm, Index first, Index rows) {
+    const std::vector<Parameter<double>> params = net.parameters();
+    attend::Adam<double> adam(params, 1e-2);
+    int size = 1;
+    MPI_Comm_size(comm, &size);
+    std::vector<double> losses;
+    for (int step = 0; step < 5; ++step) {
+      const auto [tokens, labels] = batch_of(step);
+      const attend::Matrix<Index> x = tokens.middleRows(first, rows), y = labels.middleRows(first, rows);
+      const attend::Loss<double> loss = attend::cross_entropy(net.head(net.encoder(x)), y);
+      adam.zero_grad();
+      net.encoder.backward(net.head.backward(loss.grad));
+      attend::average_gradients(comm, params);
+      adam.step();
+      double total = 0;
+      MPI_Allreduce(&loss.value, &total, 1, MPI_DOUBLE, MPI_SUM, comm);
+      losses.push_back(total / size);
+    }
+    return losses;
+  };
+  Net net;
+  attend::broadcast_parameters(MPI_COMM_WORLD, net.parameters());
+  Net alone_net = net;
+  const std::vector<double> alone = train(alone_net, MPI_COMM_SELF, 0, batch);
+  const Index share = batch / ranks;
+  const std::vector<double> together = train(net, MPI_COMM_WORLD, rank * share, share);
+  for (std::size_t k = 0; k < alone.size(); ++k) CHECK(std::abs(together[k] - alone[k]) <= 1e-13 * alone[k]);
+  CHECK(alone.back() < alone.front());  // it trains
 }
