@@ -7,13 +7,13 @@
 // each rank holding a contiguous shard (the time of the slowest rank), then the ring's traffic alone: P - 1 steps of
 // sending the keys and values (and, backward, their gradients) to the next rank, as the calls do, without computing.
 // Prints the medians over the rounds and the ratios, and the bytes each rank sends per call.
-#include <mpi.h>
-
-#include <algorithm>
 #include <attend/distributed.hpp>
 #include <attend/random.hpp>
 #include <attend/scaled_dot_product_attention.hpp>
 #include <attend/threads.hpp>
+#include <mpi.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

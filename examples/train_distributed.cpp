@@ -12,11 +12,11 @@
 // runs a rounding apart do, which a third run shows: rank 0 alone again, one weight changed by one unit in the last
 // place. The program prints the three curves and draws them (train_distributed_loss.png). A rank that throws calls
 // MPI_Abort with its message, so no other rank is left waiting.
+#include <attend/attend.hpp>
+#include <attend/distributed.hpp>
 #include <mpi.h>
 
 #include <algorithm>
-#include <attend/attend.hpp>
-#include <attend/distributed.hpp>
 #include <cmath>
 #include <cstdio>
 #include <iostream>

@@ -12,9 +12,10 @@
 // window reaching up to each query's own position (causal_block).
 #pragma once
 
-#include <algorithm>
 #include <attend/config.hpp>
 #include <attend/tensor.hpp>
+
+#include <algorithm>
 #include <vector>
 
 namespace attend {

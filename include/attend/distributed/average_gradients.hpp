@@ -14,15 +14,15 @@
 // checks and moves the values the same way, by MPI_Bcast.
 #pragma once
 
-#include <mpi.h>
-
-#include <algorithm>
 #include <attend/config.hpp>
 #include <attend/detail/tuning.hpp>
 #include <attend/distributed/collective.hpp>
 #include <attend/parameter.hpp>
 #include <attend/state_dict.hpp>
 #include <attend/tensor.hpp>
+#include <mpi.h>
+
+#include <algorithm>
 #include <string>
 #include <type_traits>
 #include <vector>

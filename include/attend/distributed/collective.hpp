@@ -6,10 +6,10 @@
 //   run_or_abort(comm, body)                   (public) body(), or on an exception its message and MPI_Abort
 #pragma once
 
-#include <mpi.h>
-
 #include <attend/config.hpp>
 #include <attend/tensor.hpp>
+#include <mpi.h>
+
 #include <cstdio>
 #include <exception>
 #include <string>

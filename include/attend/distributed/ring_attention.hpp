@@ -13,9 +13,9 @@
 // 1. One exchange (MPI_Alltoallv) moves each rank's queries, keys and values to the spans it works on: its own shard,
 //    or under a causal mask the zigzag pair of chunks that gives every rank the same number of scores.
 // 2. P steps around the ring: at step s a rank holds the keys and values of rank r - s's spans, sends them on to
-//    r + 1 and receives r - s - 1's from r - 1 (non-blocking, polled between blocks) while it attends its queries to
-//    them with the single-process core (detail/core/attention.hpp); each block's output and lse merge into the
-//    running ones by their log-sum-exp. A rank holds at most two blocks of keys and values at a time.
+//    r + 1 and receives r - s - 1's from r - 1 (non-blocking, polled between the core's calls) while it attends its
+//    queries to them with the single-process core (detail/core/attention.hpp); each block's output and lse merge into
+//    the running ones by their log-sum-exp. A rank holds at most two blocks of keys and values at a time.
 // 3. One exchange moves the output and lse back to the caller's shards.
 // The backward pass runs the same ring from O, lse and dO: dQ stays, and the dK and dV of each block travel with it
 // and reach their home after the last step (FlashAttention-2's rule on each block: P = exp(s - lse) with the global
@@ -27,9 +27,6 @@
 // left waiting. On a communicator of one rank the call is scaled_dot_product_attention's.
 #pragma once
 
-#include <mpi.h>
-
-#include <algorithm>
 #include <attend/attention_gradients.hpp>
 #include <attend/config.hpp>
 #include <attend/detail/core/attention.hpp>
@@ -39,6 +36,9 @@
 #include <attend/scaled_dot_product_attention.hpp>
 #include <attend/score_options.hpp>
 #include <attend/tensor.hpp>
+#include <mpi.h>
+
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
