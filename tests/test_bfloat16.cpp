@@ -376,6 +376,20 @@ TEST_CASE("bfloat16 to float and back: exact, and to nearest even, as Eigen's co
       const float expected = static_cast<float>(narrowed[i]);
       REQUIRE(std::memcmp(&widened[i], &expected, sizeof(float)) == 0);
     }
+    // Every length of tail around the kernels' steps of 8 and 16: the elements past `count` are left as they were.
+    for (Index n = 0; n <= 40; ++n) {
+      CAPTURE(n);
+      std::vector<bfloat16> short_narrowed(values.size(), bfloat16(7.0f));
+      std::vector<float> short_widened(values.size(), 7.0f);
+      attend::detail::narrow(isa, values.data(), n, short_narrowed.data());
+      attend::detail::widen(isa, narrowed.data(), n, short_widened.data());
+      for (Index i = 0; i < 48; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        REQUIRE(bits_of(short_narrowed[k]) == bits_of(i < n ? narrowed[k] : bfloat16(7.0f)));
+        const float expected = i < n ? widened[k] : 7.0f;
+        REQUIRE(std::memcmp(&short_widened[k], &expected, sizeof(float)) == 0);
+      }
+    }
   }
 }
 

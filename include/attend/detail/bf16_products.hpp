@@ -41,6 +41,7 @@ namespace detail {
 // to[i] = from[i] as float, i < count: bfloat16 is float's upper 16 bits, so the conversion is exact.
 inline void widen(Isa isa, const bfloat16* from, Index count, float* to) {
 #ifdef ATTEND_X86_DISPATCH
+  if (float_level(isa) == Isa::avx512) return avx512::widen(from, count, to);
   if (isa != Isa::generic) return avx2::widen(from, count, to);
 #endif
   static_cast<void>(isa);
@@ -50,6 +51,7 @@ inline void widen(Isa isa, const bfloat16* from, Index count, float* to) {
 // to[i] = from[i] rounded to bfloat16 (to nearest, ties to even), i < count.
 inline void narrow(Isa isa, const float* from, Index count, bfloat16* to) {
 #ifdef ATTEND_X86_DISPATCH
+  if (float_level(isa) == Isa::avx512) return avx512::narrow(from, count, to);
   if (isa != Isa::generic) return avx2::narrow(from, count, to);
 #endif
   static_cast<void>(isa);

@@ -23,6 +23,35 @@ inline __m512 widen16(const bfloat16* x, __mmask16 lanes) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
 
+// to[i] = from[i] as float, i < count (exact); 16 a step, the tail through masks.
+inline void widen(const bfloat16* from, Index count, float* to) {
+  for (Index i = 0; i < count; i += 16) {
+    const Index left = count - i;
+    const __mmask16 lanes = left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1);
+    _mm512_mask_storeu_ps(to + i, lanes, widen16(from + i, lanes));
+  }
+}
+
+// to[i] = from[i] rounded to bfloat16, i < count, the bits of bfloat16(float): to nearest, ties to even (add 0x7fff
+// and the kept part's lowest bit, then drop the low half); a NaN the quiet NaN of its sign. 16 a step, the tail
+// through masks.
+inline void narrow(const float* from, Index count, bfloat16* to) {
+  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u)), quiet = _mm512_set1_epi32(0x7fc00000);
+  for (Index i = 0; i < count; i += 16) {
+    const Index left = count - i;
+    const __mmask16 lanes = left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(lanes, from + i);
+    const __m512i bits = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), one);
+    const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(half, lsb));
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    const __m512i quiet_nan = _mm512_or_si512(_mm512_and_si512(bits, sign), quiet);
+    const __m512i wide = _mm512_srli_epi32(_mm512_mask_blend_epi32(nan, rounded, quiet_nan), 16);
+    _mm256_mask_storeu_epi16(to + i, lanes, _mm512_cvtepi32_epi16(wide));
+  }
+}
+
 // Y (R, C) = X (R, depth) W (C, depth)^T + bias (C, or null), X, W and Y rows ldx, ldw and ldy apart.
 template <int R, int C>
 void widened_dot_block(const bfloat16* X, Index ldx, const bfloat16* W, Index ldw, Index depth, const float* bias,
