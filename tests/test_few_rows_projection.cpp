@@ -1,9 +1,10 @@
 // Projections of at most 8 rows (detail/avx512/few_rows_projection.hpp, through detail/project_rows.hpp): X W^T + b
 // against the definition over the kernel's block shapes (rows 1-8 in one or two packets, inputs around its groups of 4
 // steps, outputs around its blocks of 8 and groups of 4); several projections of one X in a call; infinities and NaNs
-// where the definition puts them, nothing written past the outputs; and the path itself: taken for floats on the
-// avx512 level, never elsewhere. The suite runs once per level (ATTEND_ISA), so these check every level's projections
-// of few rows.
+// where the definition puts them, nothing written past the outputs; the same kernel as a decoding step's scores
+// (few_rows_scores: strided rows of queries and keys, blocks split anywhere give the same bits); and the path itself:
+// taken for floats on the avx512 level, never elsewhere. The suite runs once per level (ATTEND_ISA), so these check
+// every level's projections of few rows.
 #include <algorithm>
 #include <attend/detail/kernels.hpp>
 #include <attend/detail/project_rows.hpp>
@@ -178,6 +179,36 @@ TEMPLATE_TEST_CASE("project_rows on a few rows gives the same bits on 1 and 2 th
   REQUIRE(attend_test::same_bits(one, two));
 }
 
+TEST_CASE("few_rows_scores gives X K^T on strided rows, the same bits however the keys are split into calls",
+          "[few_rows_projection]") {
+  const auto& kernel = attend::detail::kernels<float>();
+  if (kernel.few_rows_scores == nullptr) {
+    SUCCEED("this level has no few-rows scores: the core transposes the keys instead");
+    return;
+  }
+  // rows: one packet of 4 rows or two; d: around the groups of 4 steps and the usual head widths; n: around the
+  // blocks of 8 keys and core_key_rows.
+  const Index rows = GENERATE(1, 3, 4, 5, 8);
+  const Index d = GENERATE(1, 5, 64, 100, 128);
+  const Index n = GENERATE(1, 7, 8, 9, 37, 128);
+  CAPTURE(rows, d, n);
+  const Index ldx = d + 3, ldk = d + 5, ldy = n + 2, extra = 20;    // strides, and keys past the n scored
+  const Matrix<float> X = random_matrix<float>(rows, ldx, 1);       // (rows, ldx), row-major: the queries, d used
+  const Matrix<float> K = random_matrix<float>(n + extra, ldk, 2);  // (n + extra, ldk): the keys, d used
+  Matrix<float> Y = Matrix<float>::Constant(rows, ldy, 7.0f);       // (rows, ldy)
+  kernel.few_rows_scores(X.data(), ldx, rows, d, K.data(), ldk, n, n + extra, Y.data(), ldy);
+  const Matrix<float> Xd = X.leftCols(d), Kd = K.topRows(n).leftCols(d);
+  REQUIRE(worst_error_ratio<float>(Y.leftCols(n), Xd, Kd, Vector<float>()) <= 1.0);
+  REQUIRE((Y.rightCols(2).array() == 7.0f).all());
+  // The first `split` keys in one call and the rest in another (available: only the keys that exist from there on).
+  const Index split = n / 2;
+  Matrix<float> Z = Matrix<float>::Constant(rows, ldy, 7.0f);  // (rows, ldy)
+  kernel.few_rows_scores(X.data(), ldx, rows, d, K.data(), ldk, split, split, Z.data(), ldy);
+  kernel.few_rows_scores(X.data(), ldx, rows, d, K.data() + split * ldk, ldk, n - split, n - split, Z.data() + split,
+                         ldy);
+  REQUIRE(attend_test::same_bits(Y, Z));
+}
+
 TEST_CASE("The few-rows path exists exactly for floats on the avx512 level", "[few_rows_projection]") {
   using attend::Isa;
   using attend::detail::kernels_for;
@@ -185,7 +216,11 @@ TEST_CASE("The few-rows path exists exactly for floats on the avx512 level", "[f
   REQUIRE(kernels_for<float>(Isa::avx512).few_rows_projection != nullptr);
   REQUIRE(kernels_for<float>(Isa::avx2).few_rows_projection == nullptr);
   REQUIRE(kernels_for<double>(Isa::avx512).few_rows_projection == nullptr);
+  REQUIRE(kernels_for<float>(Isa::avx512).few_rows_scores != nullptr);
+  REQUIRE(kernels_for<float>(Isa::avx2).few_rows_scores == nullptr);
+  REQUIRE(kernels_for<double>(Isa::avx512).few_rows_scores == nullptr);
 #endif
   REQUIRE(kernels_for<float>(Isa::generic).few_rows_projection == nullptr);
   REQUIRE(kernels_for<double>(Isa::generic).few_rows_projection == nullptr);
+  REQUIRE(kernels_for<float>(Isa::generic).few_rows_scores == nullptr);
 }

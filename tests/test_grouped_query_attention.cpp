@@ -101,7 +101,8 @@ struct Snapshot {
   explicit Snapshot(const KVCache<Scalar>& cache)
       : size(cache.size()), keys(cache.key_storage()), values(cache.value_storage()) {}
   bool same_as(const KVCache<Scalar>& cache) const {
-    return cache.size() == size && same_bits(cache.key_storage(), keys) && same_bits(cache.value_storage(), values);
+    return cache.size() == size && same_bits(Tensor3<Scalar>(cache.key_storage()), keys) &&
+           same_bits(Tensor3<Scalar>(cache.value_storage()), values);
   }
 };
 

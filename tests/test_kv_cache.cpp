@@ -7,6 +7,7 @@
 #include <support/checks.hpp>
 #include <support/random_tensor.hpp>
 
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
@@ -32,7 +33,8 @@ struct Snapshot {
   explicit Snapshot(const KVCache<Scalar>& cache)
       : size(cache.size()), keys(cache.key_storage()), values(cache.value_storage()) {}
   bool same_as(const KVCache<Scalar>& cache) const {
-    return cache.size() == size && same_bits(cache.key_storage(), keys) && same_bits(cache.value_storage(), values);
+    return cache.size() == size && same_bits(Tensor3<Scalar>(cache.key_storage()), keys) &&
+           same_bits(Tensor3<Scalar>(cache.value_storage()), values);
   }
 };
 
@@ -89,10 +91,12 @@ TEMPLATE_TEST_CASE("KVCache reserves its storage once and starts empty", "[kv_ca
   CHECK(cache.num_kv_heads() == 3);
   CHECK(cache.head_dim() == 4);
   CHECK(cache.width() == 12);
-  for (const auto* storage : {&cache.key_storage(), &cache.value_storage()}) {
-    CHECK(storage->dimension(0) == 2);
-    CHECK(storage->dimension(1) == 3 * 10);  // num_kv_heads * capacity
-    CHECK(storage->dimension(2) == 4);
+  for (const auto& storage : {cache.key_storage(), cache.value_storage()}) {
+    CHECK(storage.dimension(0) == 2);
+    CHECK(storage.dimension(1) == 3 * 10);  // num_kv_heads * capacity
+    CHECK(storage.dimension(2) == 4);
+    // from a cache line, so that a decoding step's whole-packet loads of a 16-float row never span two
+    CHECK(reinterpret_cast<std::uintptr_t>(storage.data()) % 64 == 0);
   }
   CHECK(cache.keys().length == 0);
   CHECK(cache.values().length == 0);
@@ -234,6 +238,25 @@ TEMPLATE_TEST_CASE("clear() empties the cache, which then fills again from step 
   require_holds(cache, new_keys, new_values);
   require_invalid([&] { cache.append(steps_of(new_keys, 0, 1), steps_of(new_values, 0, 1)); },
                   {"KVCache::append", "holds 4 of 4"});
+}
+
+TEMPLATE_TEST_CASE("a copy of a cache holds the same steps in storage of its own; a copy assigned over one replaces it",
+                   "[kv_cache]", float, double) {
+  KVCache<TestType> cache(2, 3, 4, 10);
+  const Tensor3<TestType> K = attend_test::random_tensor<TestType>(2, 5, 12, 1);  // (batch, steps, width)
+  const Tensor3<TestType> V = attend_test::random_tensor<TestType>(2, 5, 12, 2);  // (batch, steps, width)
+  cache.append(K, V);
+  const Snapshot<TestType> before(cache);
+  KVCache<TestType> copy(cache);
+  CHECK(before.same_as(copy));
+  CHECK(copy.key_storage().data() != cache.key_storage().data());
+  copy.clear();
+  copy.append(V, K);  // the copy changes; the original does not
+  CHECK(before.same_as(cache));
+  KVCache<TestType> other(1, 1, 1, 1);
+  other = cache;
+  CHECK(before.same_as(other));
+  CHECK(other.capacity() == 10);
 }
 
 TEMPLATE_TEST_CASE("require_room names the caller and the numbers", "[kv_cache][errors]", float, double) {

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <attend/config.hpp>
 #include <attend/detail/heads.hpp>
+#include <attend/detail/packet_buffer.hpp>
 #include <attend/tensor.hpp>
 
 namespace attend {
@@ -32,9 +33,24 @@ class KVCache {
     detail::require_at_least(num_kv_heads, 1, "KVCache", "num_kv_heads");
     detail::require_at_least(head_dim, 1, "KVCache", "head_dim");
     detail::require_at_least(capacity, 1, "KVCache", "capacity");
-    keys_.resize(batch, num_kv_heads * capacity, head_dim);    // (batch, num_kv_heads * capacity, head_dim)
-    values_.resize(batch, num_kv_heads * capacity, head_dim);  // (batch, num_kv_heads * capacity, head_dim)
+    keys_ = detail::allocate_packets<Scalar>(elements());    // (batch, num_kv_heads * capacity, head_dim)
+    values_ = detail::allocate_packets<Scalar>(elements());  // (batch, num_kv_heads * capacity, head_dim)
+    std::fill(keys_.get(), keys_.get() + elements(), Scalar(0));
+    std::fill(values_.get(), values_.get() + elements(), Scalar(0));
   }
+  KVCache(const KVCache& other)
+      : batch_(other.batch_), heads_(other.heads_), dim_(other.dim_), capacity_(other.capacity_), size_(other.size_),
+        keys_(detail::allocate_packets<Scalar>(elements())), values_(detail::allocate_packets<Scalar>(elements())) {
+    std::copy(other.keys_.get(), other.keys_.get() + elements(), keys_.get());
+    std::copy(other.values_.get(), other.values_.get() + elements(), values_.get());
+  }
+  KVCache& operator=(const KVCache& other) {
+    if (this != &other) *this = KVCache(other);
+    return *this;
+  }
+  KVCache(KVCache&&) noexcept = default;
+  KVCache& operator=(KVCache&&) noexcept = default;
+  ~KVCache() = default;
 
   Index size() const { return size_; }  // steps held, the same for every batch row
   Index capacity() const { return capacity_; }
@@ -76,28 +92,34 @@ class KVCache {
         for (Index g = 0; g < heads_; ++g) {
           const Index from = (b * steps + s) * width() + g * dim_;
           const Index to = ((b * heads_ + g) * capacity_ + size_ + s) * dim_;
-          std::copy(keys + from, keys + from + dim_, keys_.data() + to);
-          std::copy(values + from, values + from + dim_, values_.data() + to);
+          std::copy(keys + from, keys + from + dim_, keys_.get() + to);
+          std::copy(values + from, values + from + dim_, values_.get() + to);
         }
     size_ += steps;
   }
 
   // The steps held, read in place: (batch, size(), num_kv_heads heads of head_dim).
-  detail::Heads<const Scalar> keys() const { return view(keys_.data()); }
-  detail::Heads<const Scalar> values() const { return view(values_.data()); }
-  // The whole storage, (batch, num_kv_heads * capacity, head_dim): head g's steps [0, size()) at rows g * capacity ..
-  // of each batch row are in use.
-  const Tensor3<Scalar>& key_storage() const { return keys_; }
-  const Tensor3<Scalar>& value_storage() const { return values_; }
+  detail::Heads<const Scalar> keys() const { return view(keys_.get()); }
+  detail::Heads<const Scalar> values() const { return view(values_.get()); }
+  // The whole storage, read in place, (batch, num_kv_heads * capacity, head_dim): head g's steps [0, size()) at rows
+  // g * capacity .. of each batch row are in use.
+  ConstTensorMap3<Scalar> key_storage() const { return storage(keys_.get()); }
+  ConstTensorMap3<Scalar> value_storage() const { return storage(values_.get()); }
 
  private:
+  Index elements() const { return batch_ * heads_ * capacity_ * dim_; }
+  ConstTensorMap3<Scalar> storage(const Scalar* data) const {
+    return ConstTensorMap3<Scalar>(data, batch_, heads_ * capacity_, dim_);
+  }
   detail::Heads<const Scalar> view(const Scalar* data) const {
     return {data, dim_, heads_ * capacity_, batch_, size_, heads_, dim_, capacity_ * dim_};
   }
 
   Index batch_, heads_, dim_, capacity_;
   Index size_ = 0;
-  Tensor3<Scalar> keys_, values_;  // (batch, num_kv_heads * capacity, head_dim) each
+  // (batch, num_kv_heads * capacity, head_dim) each, from a cache line: a decoding step reads each head's keys and
+  // values in whole packets, and at Eigen's 16-byte alignment every AVX-512 load of them would span two cache lines.
+  detail::PacketArray<Scalar> keys_, values_;
 };
 
 }  // namespace ATTEND_ABI

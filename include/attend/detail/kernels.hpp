@@ -123,20 +123,25 @@ struct Kernels {
   // X copied once for all of them; or null where the level has none (avx512/few_rows_projection.hpp)
   void (*few_rows_projection)(const Scalar* X, Index ldx, Index rows, Index in, const Projection<Scalar>* projections,
                               Index count);
+  // Y (rows <= tuning::few_rows, n) = X (rows, d) K^T reading K (n, d) in place, rows ldk apart, prefetching the keys
+  // that follow up to `available` rows from K, on the calling thread; or null where the level has none
+  // (avx512/few_rows_projection.hpp)
+  void (*few_rows_scores)(const Scalar* X, Index ldx, Index rows, Index d, const Scalar* K, Index ldk, Index n,
+                          Index available, Scalar* Y, Index ldy);
 
   // The first column of the micro-panel that holds `column`: where a product over a packed panel's columns from
   // `column` on can start (packed_times_matrix at packed + start * depth).
   Index micro_panel_start(Index column) const { return column / packed_width * packed_width; }
 };
 
-#define ATTEND_KERNELS_OF(level, few_rows)                                                                   \
+#define ATTEND_KERNELS_OF(level, few_rows, few_scores)                                                       \
   Kernels<Scalar> {                                                                                          \
     Isa::level, level::Simd<Scalar>::size, &level::times_matrix<Scalar>, &level::correlate_operands<Scalar>, \
         &level::pack_operand<Scalar>, &level::packed_times_matrix<Scalar>, level::packed_width<Scalar>,      \
         &level::transpose_into<Scalar>, &level::row_max<Scalar>, &level::exp_shifted<Scalar>,                \
         &level::online_softmax_rows<Scalar>, &level::softmax_gradient_row<Scalar>,                           \
         &level::softmax_backward_row<Scalar>, &level::masked_softmax_row<Scalar>,                            \
-        &level::masked_softmax_block<Scalar>, &level::tiny_scores<Scalar>, few_rows                          \
+        &level::masked_softmax_block<Scalar>, &level::tiny_scores<Scalar>, few_rows, few_scores              \
   }
 
 // The table of `isa` (which the CPU must be able to run): float_level(isa)'s, since the levels above avx512 add
@@ -144,10 +149,11 @@ struct Kernels {
 template <class Scalar>
 const Kernels<Scalar>& kernels_for(Isa isa) {
   isa = float_level(isa);
-  static const Kernels<Scalar> generic_kernels = ATTEND_KERNELS_OF(generic, nullptr);
+  static const Kernels<Scalar> generic_kernels = ATTEND_KERNELS_OF(generic, nullptr, nullptr);
 #ifdef ATTEND_X86_DISPATCH
-  static const Kernels<Scalar> avx2_kernels = ATTEND_KERNELS_OF(avx2, nullptr);
-  static const Kernels<Scalar> avx512_kernels = ATTEND_KERNELS_OF(avx512, avx512::few_rows_projection_of<Scalar>());
+  static const Kernels<Scalar> avx2_kernels = ATTEND_KERNELS_OF(avx2, nullptr, nullptr);
+  static const Kernels<Scalar> avx512_kernels =
+      ATTEND_KERNELS_OF(avx512, avx512::few_rows_projection_of<Scalar>(), avx512::few_rows_scores_of<Scalar>());
   if (isa == Isa::avx512) return avx512_kernels;
   if (isa == Isa::avx2) return avx2_kernels;
 #endif

@@ -110,6 +110,10 @@ constexpr Eigen::Index few_rows = 8;
 constexpr Eigen::Index few_rows_max_in = 16384;
 constexpr Eigen::Index few_rows_stack_in = 512;
 constexpr Eigen::Index few_rows_piece = 32;
+// A decoding step's scores by the few-rows kernel request the cache lines of the keys this many rows ahead of the
+// block of 8 they multiply (8 KiB of 128-wide float keys): the hardware's own prefetching alone leaves a step at
+// about half the speed of a streaming read (docs/PERFORMANCE.md).
+constexpr Eigen::Index few_rows_prefetch_keys = 16;
 
 // A weight streamed from memory once (a projection of a few rows) costs about as much time as this many
 // multiply-adds in cache: one core streams about 10 GB/s (2.5 G floats/s) and multiply-adds about 40 G/s. The work

@@ -1,5 +1,5 @@
 // attend/detail/avx512/few_rows_projection.hpp — Y = X W^T + b for at most 8 rows of floats on the avx512 level,
-// reading W as it is stored.
+// reading W as it is stored; and the same product as a decoding step's scores, X the queries and W the keys.
 //
 // The kept W^T of detail/transposed_weight.hpp puts a packet of outputs in each register and broadcasts X's entries.
 // With a few rows that leaves two costs: the bit-for-bit compare of W with the copy W^T was made from, on every call,
@@ -17,6 +17,7 @@
 // definition (tests/test_few_rows_projection.cpp).
 #pragma once
 
+#include <algorithm>
 #include <attend/config.hpp>
 #include <attend/detail/packet_buffer.hpp>
 #include <attend/detail/projection.hpp>
@@ -24,8 +25,6 @@
 #include <attend/detail/tuning.hpp>
 #include <attend/tensor.hpp>
 #include <attend/threads.hpp>
-
-#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -103,22 +102,23 @@ void few_rows_block(const float* quads, Index rows, Index in, const float* W, In
 
 // The last `rest` < 8 outputs, one block of R = rest.
 template <int H, int R = 7>
-void few_rows_rest(Index rest, const float* quads, Index rows, Index in, const float* W, const float* bias, float* Y,
-                   Index ldy) {
+void few_rows_rest(Index rest, const float* quads, Index rows, Index in, const float* W, Index ldw, const float* bias,
+                   float* Y, Index ldy) {
   if constexpr (R > 0) {
-    if (rest == R) return few_rows_block<R, H>(quads, rows, in, W, in, bias, Y, ldy);
-    few_rows_rest<H, R - 1>(rest, quads, rows, in, W, bias, Y, ldy);
+    if (rest == R) return few_rows_block<R, H>(quads, rows, in, W, ldw, bias, Y, ldy);
+    few_rows_rest<H, R - 1>(rest, quads, rows, in, W, ldw, bias, Y, ldy);
   }
 }
 
+// Outputs [0, out) in blocks of 8 and one block of the rest; W (out, in), rows ldw apart.
 template <int H>
-void few_rows_times_weight_in(const float* quads, Index rows, Index in, const float* W, Index out, const float* bias,
-                              float* Y, Index ldy) {
+void few_rows_times_weight_in(const float* quads, Index rows, Index in, const float* W, Index ldw, Index out,
+                              const float* bias, float* Y, Index ldy) {
   constexpr int block = 8;
   Index o = 0;
   for (; o + block <= out; o += block)
-    few_rows_block<block, H>(quads, rows, in, W + o * in, in, bias != nullptr ? bias + o : nullptr, Y + o, ldy);
-  few_rows_rest<H>(out - o, quads, rows, in, W + o * in, bias != nullptr ? bias + o : nullptr, Y + o, ldy);
+    few_rows_block<block, H>(quads, rows, in, W + o * ldw, ldw, bias != nullptr ? bias + o : nullptr, Y + o, ldy);
+  few_rows_rest<H>(out - o, quads, rows, in, W + o * ldw, ldw, bias != nullptr ? bias + o : nullptr, Y + o, ldy);
 }
 
 // One row of X (a decoding step): Y[o] = sum_k W[o, k] x[k] + bias[o] for outputs [0, out), W's rows (contiguous, in
@@ -181,11 +181,40 @@ inline void few_rows_projection(const float* X, Index ldx, Index rows, Index in,
     if (rows == 1) {
       one_row_times_weight(X, in, p->W + o * in, n, bias, p->Y + o);
     } else if (rows > 4) {
-      few_rows_times_weight_in<2>(quads, rows, in, p->W + o * in, n, bias, p->Y + o, p->y_stride);
+      few_rows_times_weight_in<2>(quads, rows, in, p->W + o * in, in, n, bias, p->Y + o, p->y_stride);
     } else {
-      few_rows_times_weight_in<1>(quads, rows, in, p->W + o * in, n, bias, p->Y + o, p->y_stride);
+      few_rows_times_weight_in<1>(quads, rows, in, p->W + o * in, in, n, bias, p->Y + o, p->y_stride);
     }
   });
+}
+
+// Y (rows <= 8, n) = X (rows, d) K^T with K (n, d) read in place, rows ldk apart; X's rows ldx apart, Y's ldy: the
+// scores of a few query rows against a block of keys (a decoding step's group of heads), on the calling thread. Each
+// score sums as few_rows_block's outputs do: its bits depend on the number of rows only. The keys go in blocks of 8
+// (one 4 KiB page of 128-wide keys), and the cache lines of the keys prefetch_ahead rows on are requested before each
+// block, up to `available` rows from K (at least n: the keys that follow this block and will be read next), so that
+// the multiply-adds overlap the reads from memory.
+inline void few_rows_scores(const float* X, Index ldx, Index rows, Index d, const float* K, Index ldk, Index n,
+                            Index available, float* Y, Index ldy) {
+  alignas(64) float on_stack[few_rows_copy_size];
+  static thread_local PacketBuffer<float> kept;
+  float* quads = on_stack;  // (ceil(d / 4), 2, 16): X's rows interleaved
+  if (d > tuning::few_rows_stack_in) {
+    kept.resize((d + 3) / 4 * 32);
+    quads = kept.data();
+  }
+  interleave_step_quads(X, ldx, rows, d, quads);
+  constexpr Index block = 8, ahead = tuning::few_rows_prefetch_keys;
+  for (Index o = 0; o < n; o += block) {
+    for (Index r = o + ahead; r < std::min(o + ahead + block, available); ++r)
+      for (Index line = 0; line < d; line += 16)
+        _mm_prefetch(reinterpret_cast<const char*>(K + r * ldk + line), _MM_HINT_T0);
+    const Index m = std::min(block, n - o);
+    if (rows > 4)
+      few_rows_times_weight_in<2>(quads, rows, d, K + o * ldk, ldk, m, nullptr, Y + o, ldy);
+    else
+      few_rows_times_weight_in<1>(quads, rows, d, K + o * ldk, ldk, m, nullptr, Y + o, ldy);
+  }
 }
 
 }  // namespace avx512
@@ -207,6 +236,16 @@ constexpr auto few_rows_projection_of() {
   using Entry = void (*)(const Scalar*, Index, Index, Index, const Projection<Scalar>*, Index);
 #ifdef ATTEND_X86_DISPATCH
   if constexpr (std::is_same<Scalar, float>::value) return static_cast<Entry>(&few_rows_projection);
+#endif
+  return static_cast<Entry>(nullptr);
+}
+
+// The few-rows scores of Scalar on the avx512 level, or null: floats only.
+template <class Scalar>
+constexpr auto few_rows_scores_of() {
+  using Entry = void (*)(const Scalar*, Index, Index, Index, const Scalar*, Index, Index, Index, Scalar*, Index);
+#ifdef ATTEND_X86_DISPATCH
+  if constexpr (std::is_same<Scalar, float>::value) return static_cast<Entry>(&few_rows_scores);
 #endif
   return static_cast<Entry>(nullptr);
 }

@@ -6,8 +6,8 @@
 // level's row kernels (detail/kernels.hpp). Query head h reads key/value head g = h / group, group = H / G.
 //
 // Forward, one piece of work per (batch row b, key/value head g, block of core_query_rows queries, span of keys):
-// each block of core_key_rows keys is transposed once for all the group's query heads — which take turns over it or,
-// for at most decode_queries rows, are all the rows of its products (attend_keys) — and an online softmax keeps each
+// each block of core_key_rows keys is read once for all the group's query heads — which take turns over it or, for
+// at most decode_queries rows, are all the rows of its products (attend_keys) — and an online softmax keeps each
 // row's running maximum m and sum l, and O = acc / l, lse = m + log l at the end. The blocks of keys run from the first
 // key some row of the query block sees to one past the last (the union of the rows' visible ranges), so no key
 // outside it is scored: a window of W keys costs n (W + core_query_rows - 1) scores, not whole blocks of keys across
@@ -261,10 +261,11 @@ struct ForwardScratch {
 // apart, m and l (group * rows) updated, row r = hh * rows + i for head hh of the group and query row i. keys: the
 // rows' visible keys.
 //
-// Each block of keys is copied once, for all the group's heads. At most decode_queries rows (decoding, or a few
-// queries checked at once): the block is transposed, and the group's query heads, which lie head_stride apart in
-// each query row, are the rows of one product with it per query row, and all the group's weights times the
-// block's values one product: the block of keys and values is read once for the whole group. More rows: the blocks of
+// Each block of keys is read once, for all the group's heads. At most decode_queries rows (decoding, or a few
+// queries checked at once): the group's query heads, which lie head_stride apart in each query row, are the rows of
+// one product with the block per query row (few_scores: the keys read in place where the level has a few-rows
+// kernel, else transposed once), and all the group's weights times the block's values one product: the block of keys
+// and values is read once for the whole group. More rows: the blocks of
 // keys (as K^T) and of values are packed into the row kernel's micro-panels once, and each head of the group in turn
 // multiplies over them (a product of that many rows would otherwise pack its operand itself, once per head).
 // Either way a head none of whose rows sees a key of the block adds nothing for it (not 0 times the values, which
@@ -317,14 +318,31 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, const 
         add_weighted_values(S, rows, n, V.at(b, g, k0), acc + hh * rows * dv);
     }
   };
+  // At most decode_queries rows: S (group * rows, n) = the scores of the n keys from k0, row hh * rows + i head hh's
+  // query row i. The level's few-rows kernel reads the keys in place, up to few_rows of the group's heads at a time,
+  // and prefetches the keys of the next block up to hi; otherwise the block is transposed into Kt once for the
+  // group's product.
+  const auto few_scores = [&](Index k0, Index n) {
+    if (kernel.few_rows_scores != nullptr) {
+      for (Index i = 0; i < rows; ++i)
+        for (Index hh = 0; hh < group; hh += tuning::few_rows)
+          kernel.few_rows_scores(Q.at(b, h0 + hh, q0 + i), Q.head_stride, std::min(tuning::few_rows, group - hh), d,
+                                 K.at(b, g, k0), K.row_stride, n, hi - k0, S + (hh * rows + i) * n, rows * n);
+      return;
+    }
+    kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
+    for (Index i = 0; i < rows; ++i)
+      kernel.times_matrix(x_rows(Q.at(b, h0, q0 + i), Q.head_stride, group), d, b_rows(Kt, n), n,
+                          y_into(S + i * n, rows * n));
+  };
   if (packed && rows > tuning::decode_queries) {  // the call's packed panels, from the micro-panel that holds lo
     const Index pair = b * call.keys.count + g;
     for (Index t = lo / kb; t * kb < hi; ++t) {
       const Index base = t * kb, stored = std::min(kb, K.length - base);
       const Index c0 = kernel.micro_panel_start(std::max(lo - base, Index(0)));
       const Index n = std::min(kb, hi - base) - c0;
-      heads_over(base + c0, n, packed.key_panel(pair, t) + c0 * d, stored - c0, packed.value_panel(pair, t), c0,
-                 stored, product_safe(base + c0, n, V.at(b, g, base + c0)));
+      heads_over(base + c0, n, packed.key_panel(pair, t) + c0 * d, stored - c0, packed.value_panel(pair, t), c0, stored,
+                 product_safe(base + c0, n, V.at(b, g, base + c0)));
     }
     return;
   }
@@ -333,10 +351,7 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, const 
     const Scalar* Vb = V.at(b, g, k0);  // (n, dv), rows V.row_stride apart
     const bool safe = product_safe(k0, n, Vb);
     if (rows <= tuning::decode_queries) {
-      kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
-      for (Index i = 0; i < rows; ++i)  // scores row hh * rows + i: the heads of query row i, lds rows * n
-        kernel.times_matrix(x_rows(Q.at(b, h0, q0 + i), Q.head_stride, group), d, b_rows(Kt, n), n,
-                            y_into(S + i * n, rows * n));
+      few_scores(k0, n);
       bool every_head = true;
       for (Index hh = 0; hh < group; ++hh) {
         const bool any = step(hh, hh * rows, k0, n);
