@@ -35,8 +35,6 @@ class KVCache {
     detail::require_at_least(capacity, 1, "KVCache", "capacity");
     keys_ = detail::allocate_packets<Scalar>(elements());    // (batch, num_kv_heads * capacity, head_dim)
     values_ = detail::allocate_packets<Scalar>(elements());  // (batch, num_kv_heads * capacity, head_dim)
-    std::fill(keys_.get(), keys_.get() + elements(), Scalar(0));
-    std::fill(values_.get(), values_.get() + elements(), Scalar(0));
   }
   KVCache(const KVCache& other)
       : batch_(other.batch_), heads_(other.heads_), dim_(other.dim_), capacity_(other.capacity_), size_(other.size_),

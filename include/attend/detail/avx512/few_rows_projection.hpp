@@ -121,6 +121,28 @@ void few_rows_times_weight_in(const float* quads, Index rows, Index in, const fl
   few_rows_rest<H>(out - o, quads, rows, in, W + o * ldw, ldw, bias != nullptr ? bias + o : nullptr, Y + o, ldy);
 }
 
+// The same for at most 8 rows, in one packet of rows (up to 4) or two.
+inline void few_rows_times_weight(const float* quads, Index rows, Index in, const float* W, Index ldw, Index out,
+                                  const float* bias, float* Y, Index ldy) {
+  if (rows > 4)
+    few_rows_times_weight_in<2>(quads, rows, in, W, ldw, out, bias, Y, ldy);
+  else
+    few_rows_times_weight_in<1>(quads, rows, in, W, ldw, out, bias, Y, ldy);
+}
+
+// X (rows <= 8, in), rows ldx apart, interleaved (interleave_step_quads) into on_stack when `in` is at most
+// few_rows_stack_in, else into a buffer kept by the calling thread (allocated once per width); where the copy is.
+inline const float* interleaved_quads(const float* X, Index ldx, Index rows, Index in, float* on_stack) {
+  static thread_local PacketBuffer<float> kept;
+  float* quads = on_stack;  // (ceil(in / 4), 2, 16)
+  if (in > tuning::few_rows_stack_in) {
+    kept.resize((in + 3) / 4 * 32);
+    quads = kept.data();
+  }
+  interleave_step_quads(X, ldx, rows, in, quads);
+  return quads;
+}
+
 // One row of X (a decoding step): Y[o] = sum_k W[o, k] x[k] + bias[o] for outputs [0, out), W's rows (contiguous, in
 // floats each) read whole one after the other, so that W is one stream from memory, a packet of W per multiply-add.
 // Y[o] = reduce((a0 + a1) + (a2 + a3)) + bias[o], lane l of a_i summing the steps k = 64 m + 16 i + l in order (the
@@ -158,13 +180,8 @@ inline void one_row_times_weight(const float* x, Index in, const float* W, Index
 inline void few_rows_projection(const float* X, Index ldx, Index rows, Index in, const Projection<float>* projections,
                                 Index count) {
   alignas(64) float on_stack[few_rows_copy_size];
-  static thread_local PacketBuffer<float> kept;
-  float* quads = on_stack;  // (ceil(in / 4), 2, 16): X's rows interleaved; one row is read as it is
-  if (rows > 1 && in > tuning::few_rows_stack_in) {
-    kept.resize((in + 3) / 4 * 32);
-    quads = kept.data();
-  }
-  if (rows > 1) interleave_step_quads(X, ldx, rows, in, quads);
+  // (ceil(in / 4), 2, 16): X's rows interleaved; one row is read as it is
+  const float* quads = rows > 1 ? interleaved_quads(X, ldx, rows, in, on_stack) : nullptr;
   constexpr Index piece = tuning::few_rows_piece;
   Index pieces = 0;
   double weights = 0;  // W's entries read
@@ -180,10 +197,8 @@ inline void few_rows_projection(const float* X, Index ldx, Index rows, Index in,
     const float* bias = p->bias != nullptr ? p->bias + o : nullptr;
     if (rows == 1) {
       one_row_times_weight(X, in, p->W + o * in, n, bias, p->Y + o);
-    } else if (rows > 4) {
-      few_rows_times_weight_in<2>(quads, rows, in, p->W + o * in, in, n, bias, p->Y + o, p->y_stride);
     } else {
-      few_rows_times_weight_in<1>(quads, rows, in, p->W + o * in, in, n, bias, p->Y + o, p->y_stride);
+      few_rows_times_weight(quads, rows, in, p->W + o * in, in, n, bias, p->Y + o, p->y_stride);
     }
   });
 }
@@ -191,29 +206,19 @@ inline void few_rows_projection(const float* X, Index ldx, Index rows, Index in,
 // Y (rows <= 8, n) = X (rows, d) K^T with K (n, d) read in place, rows ldk apart; X's rows ldx apart, Y's ldy: the
 // scores of a few query rows against a block of keys (a decoding step's group of heads), on the calling thread. Each
 // score sums as few_rows_block's outputs do: its bits depend on the number of rows only. The keys go in blocks of 8
-// (one 4 KiB page of 128-wide keys), and the cache lines of the keys prefetch_ahead rows on are requested before each
-// block, up to `available` rows from K (at least n: the keys that follow this block and will be read next), so that
-// the multiply-adds overlap the reads from memory.
+// (one 4 KiB page of 128-wide keys), and the cache lines of the keys few_rows_prefetch_keys rows on are requested
+// before each block, up to `available` rows from K (at least n: the keys that follow this block and will be read next),
+// so that the multiply-adds overlap the reads from memory.
 inline void few_rows_scores(const float* X, Index ldx, Index rows, Index d, const float* K, Index ldk, Index n,
                             Index available, float* Y, Index ldy) {
   alignas(64) float on_stack[few_rows_copy_size];
-  static thread_local PacketBuffer<float> kept;
-  float* quads = on_stack;  // (ceil(d / 4), 2, 16): X's rows interleaved
-  if (d > tuning::few_rows_stack_in) {
-    kept.resize((d + 3) / 4 * 32);
-    quads = kept.data();
-  }
-  interleave_step_quads(X, ldx, rows, d, quads);
+  const float* quads = interleaved_quads(X, ldx, rows, d, on_stack);  // (ceil(d / 4), 2, 16)
   constexpr Index block = 8, ahead = tuning::few_rows_prefetch_keys;
   for (Index o = 0; o < n; o += block) {
     for (Index r = o + ahead; r < std::min(o + ahead + block, available); ++r)
       for (Index line = 0; line < d; line += 16)
         _mm_prefetch(reinterpret_cast<const char*>(K + r * ldk + line), _MM_HINT_T0);
-    const Index m = std::min(block, n - o);
-    if (rows > 4)
-      few_rows_times_weight_in<2>(quads, rows, d, K + o * ldk, ldk, m, nullptr, Y + o, ldy);
-    else
-      few_rows_times_weight_in<1>(quads, rows, d, K + o * ldk, ldk, m, nullptr, Y + o, ldy);
+    few_rows_times_weight(quads, rows, d, K + o * ldk, ldk, std::min(block, n - o), nullptr, Y + o, ldy);
   }
 }
 
