@@ -8,7 +8,8 @@
 // kv_heads * head_dim * 4. The program keeps enough caches (each used in turn) that together they exceed the last-level
 // cache, so each step reads its cache from memory, as a model's layers do. Stream/<keys>/<kv_heads>/<head_dim>: the
 // bound, a sum over the same bytes of the same rotation of caches (stream_read.hpp, on as many threads as the step,
-// in pieces). The "bytes_per_second" counters compare directly.
+// in pieces). The "bytes_per_second" counters compare directly. DecodeBf16 and StreamBf16: the same in bfloat16, the
+// cache at half the bytes (bytes = 2 * keys * kv_heads * head_dim * 2).
 //
 //   ./build/bench/bench_decode --benchmark_filter=Window
 //
@@ -36,52 +37,60 @@ namespace {
 using attend::Index;
 
 // Caches filled with random steps, used in turn: together at least 1 GiB, more than any last-level cache here.
+template <class Scalar>
 struct Caches {
-  std::vector<std::unique_ptr<attend::KVCache<float>>> caches;
+  std::vector<std::unique_ptr<attend::KVCache<Scalar>>> caches;
   std::size_t next = 0;
 
   Caches(Index keys, Index kv_heads, Index head_dim) {
-    const double bytes = 2.0 * keys * kv_heads * head_dim * sizeof(float);
+    const double bytes = 2.0 * keys * kv_heads * head_dim * sizeof(Scalar);
     const auto count = static_cast<std::size_t>(std::max(2.0, (1 << 30) / bytes));
     attend::Tensor3<float> K(1, keys, kv_heads * head_dim), V(1, keys, kv_heads * head_dim);  // (1, keys, G * d)
     K.setRandom();
     V.setRandom();
+    const attend::Tensor3<Scalar> k = K.cast<Scalar>(), v = V.cast<Scalar>();
     for (std::size_t i = 0; i < count; ++i) {
-      caches.push_back(std::make_unique<attend::KVCache<float>>(1, kv_heads, head_dim, keys + 8));
-      caches.back()->append(K, V);
+      caches.push_back(std::make_unique<attend::KVCache<Scalar>>(1, kv_heads, head_dim, keys + 8));
+      caches.back()->append(k, v);
     }
   }
-  attend::KVCache<float>& take() {
-    attend::KVCache<float>& cache = *caches[next];
+  attend::KVCache<Scalar>& take() {
+    attend::KVCache<Scalar>& cache = *caches[next];
     next = (next + 1) % caches.size();
     return cache;
   }
 };
 
+template <class Scalar>
 void Decode(benchmark::State& state) {
   const Index queries = state.range(0), keys = state.range(1), heads = state.range(2), kv_heads = state.range(3),
               d = state.range(4);
-  Caches caches(keys, kv_heads, d);
-  attend::Tensor3<float> Q(1, queries, heads * d), out(1, queries, heads * d);  // (1, queries, H * d) each
-  Q.setRandom();
+  Caches<Scalar> caches(keys, kv_heads, d);
+  attend::Tensor3<float> q(1, queries, heads * d);
+  q.setRandom();
+  const attend::Tensor3<Scalar> Q = q.cast<Scalar>();
+  attend::Tensor3<Scalar> out(1, queries, heads * d);  // (1, queries, H * d), as Q
   const attend::Mask causal = attend::Mask::causal();
-  const attend::ScoreOptions<float> options;
+  const attend::ScoreOptions<Scalar> options;
   for (auto _ : state) {
     attend::scaled_dot_product_attention(Q, caches.take(), heads, causal, options, nullptr, out);
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * 2 * keys * kv_heads * d *
-                          static_cast<std::int64_t>(sizeof(float)));
+                          static_cast<std::int64_t>(sizeof(Scalar)));
 }
 
+// The bytes of a cache of Scalar read as floats: a row of kv_heads * d Scalars is `width` floats.
+template <class Scalar>
 void Stream(benchmark::State& state) {
   const Index keys = state.range(0), kv_heads = state.range(1), d = state.range(2);
-  Caches caches(keys, kv_heads, d);
-  const Index width = kv_heads * d, pieces = 8;
+  Caches<Scalar> caches(keys, kv_heads, d);
+  const Index width = kv_heads * d * static_cast<Index>(sizeof(Scalar)) / 4, pieces = 8;
   std::vector<float> sums(static_cast<std::size_t>(pieces));
   for (auto _ : state) {
-    const attend::KVCache<float>& cache = caches.take();
-    const float* storage[2] = {cache.key_storage().data(), cache.value_storage().data()};
+    const attend::KVCache<Scalar>& cache = caches.take();
+    const float* storage[2] = {reinterpret_cast<const float*>(cache.key_storage().data()),
+                               reinterpret_cast<const float*>(cache.value_storage().data())};
     attend::detail::parallel_for(pieces, 1e9, [&](Index piece, int) {
       const Index rows = (keys + pieces - 1) / pieces, r0 = piece * rows, n = std::min(rows, keys - r0);
       float total = 0;
@@ -91,7 +100,7 @@ void Stream(benchmark::State& state) {
     benchmark::DoNotOptimize(sums.data());
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * 2 * keys * kv_heads * d *
-                          static_cast<std::int64_t>(sizeof(float)));
+                          static_cast<std::int64_t>(sizeof(Scalar)));
 }
 
 void Window(benchmark::State& state) {
@@ -153,22 +162,28 @@ void Prefill(benchmark::State& state) {
 }  // namespace
 
 // Llama-3-8B's attention (32 heads, 8 key/value heads, head_dim 128) and a narrower GQA shape.
-BENCHMARK(Decode)
-    ->ArgNames({"queries", "keys", "heads", "kv_heads", "head_dim"})
-    ->Args({1, 4096, 32, 8, 128})
-    ->Args({4, 4096, 32, 8, 128})
-    ->Args({8, 4096, 32, 8, 128})
-    ->Args({1, 16384, 32, 8, 128})
-    ->Args({1, 4096, 8, 2, 64})
-    ->Args({1, 4096, 16, 1, 64})
-    ->UseRealTime();
-BENCHMARK(Stream)
-    ->ArgNames({"keys", "kv_heads", "head_dim"})
-    ->Args({4096, 8, 128})
-    ->Args({16384, 8, 128})
-    ->Args({4096, 2, 64})
-    ->Args({4096, 1, 64})
-    ->UseRealTime();
+void decode_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"queries", "keys", "heads", "kv_heads", "head_dim"})
+      ->Args({1, 4096, 32, 8, 128})
+      ->Args({4, 4096, 32, 8, 128})
+      ->Args({8, 4096, 32, 8, 128})
+      ->Args({1, 16384, 32, 8, 128})
+      ->Args({1, 4096, 8, 2, 64})
+      ->Args({1, 4096, 16, 1, 64})
+      ->UseRealTime();
+}
+void stream_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"keys", "kv_heads", "head_dim"})
+      ->Args({4096, 8, 128})
+      ->Args({16384, 8, 128})
+      ->Args({4096, 2, 64})
+      ->Args({4096, 1, 64})
+      ->UseRealTime();
+}
+BENCHMARK_TEMPLATE(Decode, float)->Name("Decode")->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(Stream, float)->Name("Stream")->Apply(stream_shapes);
+BENCHMARK_TEMPLATE(Decode, attend::bfloat16)->Name("DecodeBf16")->Apply(decode_shapes);
+BENCHMARK_TEMPLATE(Stream, attend::bfloat16)->Name("StreamBf16")->Apply(stream_shapes);
 BENCHMARK(Window)
     ->ArgNames({"n", "W"})
     ->Args({1024, 256})

@@ -12,6 +12,7 @@
 #include <attend/random.hpp>
 #include <attend/rotary_embedding.hpp>
 #include <attend/scaled_dot_product_attention.hpp>
+#include <attend/threads.hpp>
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
@@ -36,15 +37,32 @@ struct Ratios {
   double output = 0, lse = 0;  // the largest |result - definition| / bound of each
 };
 
+// What a query sees and what is done to its scores (attend/score_options.hpp, attend/mask.hpp): causal (query q at
+// aligned position p = q + nk - nq sees keys up to p), a window of `left` keys before p (none when negative), softcap
+// and ALiBi slopes (one per query head, or none).
+struct Rule {
+  bool causal = false;
+  Index left = -1;
+  double softcap = 0;
+  std::vector<double> slopes;
+};
+
+Rule causal_rule(bool causal) {
+  Rule rule;
+  rule.causal = causal;
+  return rule;
+}
+
 // The largest ratios over O and lse of their error to its bound, for attention of Q (batch, nq, heads * d) on K and V
-// (batch, nk, kv_heads * d), no mask or causal (aligned bottom-right: query q sees keys 0 .. q + nk - nq). The
-// definition: softmax(Q K^T / sqrt(d)) V in double on the same bfloat16 values, grouped-query heads. Bound of one
-// output: a score's float error ds = (d + 2) 2^-24 scale max_j sum_i |q_i k_ji| moves each weight by at most 2 ds of
-// itself; the weights' and the weighted sum's float rounding (and exp's, within a few units) stay within
-// (keys + 16) 2^-24; both times max |v|; then the rounding to bfloat16, 2^-8 of the result. lse: its float error
-// within (d + keys + 16) 2^-24 of the larger of its terms, then rounded.
+// (batch, nk, kv_heads * d) under `rule`. The definition: softmax of the scores (scale / sqrt(d) q.k, then the softcap
+// and ALiBi) over the keys the query sees, times V, in double on the same bfloat16 values, grouped-query heads. Bound
+// of one output: a score's float error ds = (d + 2) 2^-24 (scale max_j sum_i |q_i k_ji| + the largest ALiBi term)
+// (the softcap's derivative is at most 1) moves each weight by at most 2 ds of itself; the weights' and the weighted
+// sum's float rounding (and exp's and tanh's, within a few units) stay within (keys + 16) 2^-24; both times max |v|;
+// then the rounding to bfloat16, 2^-8 of the result. lse: its float error within (d + keys + 16) 2^-24 of the larger
+// of its terms, then rounded.
 Ratios attention_ratios(const Tensor3<bfloat16>& Q, const Tensor3<bfloat16>& K, const Tensor3<bfloat16>& V,
-                        Index heads, Index kv_heads, bool causal, const Tensor3<bfloat16>& O,
+                        Index heads, Index kv_heads, const Rule& rule, const Tensor3<bfloat16>& O,
                         const Tensor3<bfloat16>& lse) {
   const Index batch = Q.dimension(0), nq = Q.dimension(1), nk = K.dimension(1), d = Q.dimension(2) / heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d)), unit = std::ldexp(1.0, -24);
@@ -52,19 +70,26 @@ Ratios attention_ratios(const Tensor3<bfloat16>& Q, const Tensor3<bfloat16>& K, 
   for (Index b = 0; b < batch; ++b)
     for (Index h = 0; h < heads; ++h)
       for (Index q = 0; q < nq; ++q) {
-        const Index g = h / (heads / kv_heads), keys = causal ? q + nk - nq + 1 : nk;
+        const Index g = h / (heads / kv_heads), p = q + nk - nq;
+        const Index first = rule.left >= 0 ? std::max(Index(0), p - rule.left) : 0, end = rule.causal ? p + 1 : nk;
+        const Index keys = end - first;  // keys first .. end - 1
         std::vector<double> score(static_cast<std::size_t>(keys));
         double largest = -INFINITY, magnitude = 0, v_max = 0;
-        for (Index j = 0; j < keys; ++j) {
+        for (Index j = first; j < end; ++j) {
           double dot = 0, absolute = 0;
           for (Index i = 0; i < d; ++i) {
             const double product = static_cast<double>(Q(b, q, h * d + i)) * static_cast<double>(K(b, j, g * d + i));
             dot += product;
             absolute += std::abs(product);
           }
-          score[static_cast<std::size_t>(j)] = scale * dot;
-          largest = std::max(largest, scale * dot);
-          magnitude = std::max(magnitude, scale * absolute);
+          double s = scale * dot;
+          if (rule.softcap > 0) s = rule.softcap * std::tanh(s / rule.softcap);
+          const double alibi = rule.slopes.empty() ? 0.0 : rule.slopes[static_cast<std::size_t>(h)] *
+                                                               static_cast<double>(std::abs(p - j));
+          s -= alibi;
+          score[static_cast<std::size_t>(j - first)] = s;
+          largest = std::max(largest, s);
+          magnitude = std::max(magnitude, scale * absolute + alibi);
           for (Index i = 0; i < d; ++i) v_max = std::max(v_max, std::abs(static_cast<double>(V(b, j, g * d + i))));
         }
         double total = 0;
@@ -77,8 +102,8 @@ Ratios attention_ratios(const Tensor3<bfloat16>& Q, const Tensor3<bfloat16>& K, 
         const double computing = v_max * (2 * ds + static_cast<double>(keys + 16) * unit);
         for (Index i = 0; i < d; ++i) {
           double expected = 0;
-          for (Index j = 0; j < keys; ++j)
-            expected += std::exp(score[static_cast<std::size_t>(j)] - largest) / total *
+          for (Index j = first; j < end; ++j)
+            expected += std::exp(score[static_cast<std::size_t>(j - first)] - largest) / total *
                         static_cast<double>(V(b, j, g * d + i));
           const double bound = computing + std::ldexp(1.0, -8) * (std::abs(expected) + computing);
           worst.output = std::max(worst.output, std::abs(static_cast<double>(O(b, q, h * d + i)) - expected) / bound);
@@ -112,7 +137,7 @@ TEST_CASE("scaled_dot_product_attention<bfloat16>: in float on the stored values
     const Tensor3<bfloat16> O = attend::scaled_dot_product_attention(Q, K, V, heads, kv_heads, mask, {}, &lse);
     REQUIRE(O.dimension(2) == heads * d);
     REQUIRE(lse.dimension(2) == heads);
-    const Ratios worst = attention_ratios(Q, K, V, heads, kv_heads, causal, O, lse);
+    const Ratios worst = attention_ratios(Q, K, V, heads, kv_heads, causal_rule(causal), O, lse);
     CHECK(worst.output <= 1.0);
     CHECK(worst.lse <= 1.0);
   }
@@ -143,9 +168,61 @@ TEST_CASE("scaled_dot_product_attention<bfloat16> against a KVCache<bfloat16>: i
     Tensor3<bfloat16> lse;
     const Tensor3<bfloat16> O =
         attend::scaled_dot_product_attention(Q, cache, heads, causal ? Mask::causal() : Mask{}, {}, &lse);
-    const Ratios worst = attention_ratios(Q, K, V, heads, kv_heads, causal, O, lse);
+    const Ratios worst = attention_ratios(Q, K, V, heads, kv_heads, causal_rule(causal), O, lse);
     CHECK(worst.output <= 1.0);
     CHECK(worst.lse <= 1.0);
+  }
+}
+
+TEST_CASE("A decoding step in bfloat16 against a KVCache<bfloat16>: grouped heads, a window, softcap and ALiBi",
+          "[bfloat16]") {
+  // 1 and 4 queries (a decoding step, and a few checked at once) against 700 cached steps, so that the keys come in
+  // several blocks of core_key_rows and spans of decode_span (on avx512_bf16 the cache is read in place; the other
+  // levels widen it): heads of 64 in groups of 4 and of 16 (more than the few-rows kernel's 8 at a time) and of 128,
+  // causal, within a causal window of 100 keys, or with softcap and ALiBi. Against the definition as above; on each
+  // level, 1 and 2 threads give the same bits.
+  struct Shape {
+    Index heads, kv_heads, d;
+  };
+  const Shape shape = GENERATE(Shape{8, 2, 64}, Shape{16, 1, 64}, Shape{4, 1, 128});
+  const Index queries = GENERATE(Index(1), Index(4));
+  const int variant = GENERATE(0, 1, 2);  // causal; a window; softcap and ALiBi
+  CAPTURE(shape.heads, shape.kv_heads, shape.d, queries, variant);
+  const Index batch = 1, length = 700, heads = shape.heads, kv_heads = shape.kv_heads, d = shape.d;
+  const Tensor3<bfloat16> K = random_bf16(batch, length, kv_heads * d, 84);  // (1, 700, kv_heads * d)
+  const Tensor3<bfloat16> V = random_bf16(batch, length, kv_heads * d, 85);  // (1, 700, kv_heads * d)
+  const Tensor3<bfloat16> Q = random_bf16(batch, queries, heads * d, 86);    // (1, queries, heads * d)
+  attend::KVCache<bfloat16> cache(batch, kv_heads, d, length);
+  cache.append(K, V);
+  Rule rule = causal_rule(true);
+  Mask mask = Mask::causal();
+  attend::ScoreOptions<bfloat16> options;
+  if (variant == 1) {
+    rule.left = 99;
+    mask = Mask::causal() && Mask::window(99, 0);
+  } else if (variant == 2) {
+    rule.softcap = 5;
+    options.softcap = bfloat16(5.0f);
+    for (Index h = 0; h < heads; ++h) {  // 2^-(h + 1): exact in bfloat16
+      options.alibi_slopes.push_back(bfloat16(std::ldexp(1.0f, -static_cast<int>(h) - 1)));
+      rule.slopes.push_back(static_cast<double>(options.alibi_slopes.back()));
+    }
+  }
+  const int threads = attend::num_threads();
+  for (Isa isa : attend_test::bf16_levels()) {
+    CAPTURE(attend::isa_name(isa));
+    const ForcedLevel level(isa);
+    Tensor3<bfloat16> lse, lse_two;
+    attend::set_num_threads(1);
+    const Tensor3<bfloat16> O = attend::scaled_dot_product_attention(Q, cache, heads, mask, options, &lse);
+    attend::set_num_threads(2);
+    const Tensor3<bfloat16> two = attend::scaled_dot_product_attention(Q, cache, heads, mask, options, &lse_two);
+    attend::set_num_threads(threads);
+    const Ratios worst = attention_ratios(Q, K, V, heads, kv_heads, rule, O, lse);
+    CHECK(worst.output <= 1.0);
+    CHECK(worst.lse <= 1.0);
+    CHECK(same_bits(O, two));
+    CHECK(same_bits(lse, lse_two));
   }
 }
 

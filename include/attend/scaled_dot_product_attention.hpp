@@ -154,9 +154,10 @@ inline Heads<const bfloat16> steps_of(const Heads<const bfloat16>& X, Index firs
   return part;
 }
 
-// Whether a bfloat16 call takes its keys in chunks (tuning::bf16_key_chunk): a decoding call against more keys than
-// a chunk, under no mask or a causal one and no score option that depends on a key's position (ALiBi, a bias), so that
-// every chunk but the last is seen whole by every query.
+// Whether a bfloat16 call widening its operands takes its keys in chunks (tuning::bf16_key_chunk): a decoding call
+// on a level without bfloat16 dot products against more keys than a chunk, under no mask or a causal one and no score
+// option that depends on a key's position (ALiBi, a bias), so that every chunk but the last is seen whole by every
+// query.
 inline bool chunks_keys(const Heads<const bfloat16>& Q, const Heads<const bfloat16>& K, const Mask& mask,
                         const ScoreOptions<bfloat16>& options) {
   const bool causal_only =
@@ -170,8 +171,9 @@ void attention_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K,
                      const Mask& mask, const ScoreOptions<Scalar>& options, const AttentionDropout& dropout,
                      Tensor3<Scalar>* lse, const Heads<Scalar>& out, core::Buffers<Scalar>& buffers);
 
-// Attention of bfloat16 heads: the float core on widened copies in buffers.widened, out and lse rounded once. Q is
-// widened once; the keys and values in one piece, or, when chunks_keys, a chunk at a time into a buffer that stays in
+// Attention of bfloat16 heads, out and lse rounded once. At most decode_queries queries on a level with bfloat16 dot
+// products (a decoding step): the float core reads Q, K and V in place (core::Call<float, bfloat16>), its output and
+// lse in buffers.widened. Otherwise the float core on widened copies in buffers.widened: Q is widened once; the keys and values in one piece, or, when chunks_keys, a chunk at a time into a buffer that stays in
 // cache, with no mask for the chunks every query sees whole and the call's causal mask for the last (aligned
 // bottom-right on it, as on the whole). The chunks' outputs are merged in key order by their log-sum-exp:
 // O = (e^(L - M) O + e^(l - M) o) / (e^(L - M) + e^(l - M)), L = M + log(e^(L - M) + e^(l - M)), M = max(L, l).
@@ -182,6 +184,21 @@ inline void reduced_attention_heads(const Heads<const bfloat16>& Q, const Heads<
                                     core::Buffers<bfloat16>& buffers) {
   const Isa isa = active_isa();
   const ScoreOptions<float> wide_options = widened_options(isa, options);
+  if (Q.length <= tuning::decode_queries && kernels<float>().bf16_scores != nullptr) {
+    const core::ScoreRule<float> rule = core::score_rule(wide_options, Q.batch, Q.count, Q.length, K.length, Q.dim);
+    const Index o = heads_size(out), rows = Q.batch * Q.length * Q.count;
+    buffers.widened.resize(o + rows);
+    float* const wide_out = buffers.widened.data();  // (batch, Q, heads * dv), then the lse (batch, Q, heads)
+    const Heads<float> merged = compact_heads<float>(out, wide_out);
+    core::forward(core::Call<float, bfloat16>{Q, K, V, &mask, rule, dropout}, merged,
+                  lse != nullptr ? wide_out + o : nullptr, buffers);
+    narrowed_heads(isa, merged, out);
+    if (lse != nullptr) {
+      lse->resize(Q.batch, Q.length, Q.count);
+      narrow(isa, wide_out + o, rows, lse->data());
+    }
+    return;
+  }
   const bool chunked = chunks_keys(Q, K, mask, options);
   const Index nq = Q.length, nk = K.length, chunk = chunked ? tuning::bf16_key_chunk : nk;
   const Index steps = std::min(nk, chunk + nq);  // the most a piece of keys takes

@@ -17,6 +17,7 @@
 #include <attend/detail/avx2/simd.hpp>
 #include <attend/detail/avx512/few_rows_projection.hpp>
 #include <attend/detail/avx512/simd.hpp>
+#include <attend/detail/avx512_bf16/decode.hpp>
 #include <attend/detail/generic/simd.hpp>
 #include <attend/detail/mask_row.hpp>
 #include <attend/detail/operands.hpp>
@@ -128,6 +129,13 @@ struct Kernels {
   // (avx512/few_rows_projection.hpp)
   void (*few_rows_scores)(const Scalar* X, Index ldx, Index rows, Index d, const Scalar* K, Index ldk, Index n,
                           Index available, Scalar* Y, Index ldy);
+  // A decoding step on queries, keys and values stored in bfloat16, read in place (avx512_bf16/decode.hpp); null
+  // where the level has no bfloat16 dot products, and for double. bf16_scores: few_rows_scores's product on
+  // bfloat16 X and K; bf16_weighted_values: Y (rows, columns) += P (rows, n) V (n, columns), V's rows ldv apart.
+  void (*bf16_scores)(const bfloat16* X, Index ldx, Index rows, Index d, const bfloat16* K, Index ldk, Index n,
+                      Index available, Scalar* Y, Index ldy);
+  void (*bf16_weighted_values)(const Scalar* P, Index ldp, Index rows, Index n, const bfloat16* V, Index ldv,
+                               Index columns, Scalar* Y, Index ldy);
 
   // The first column of the micro-panel that holds `column`: where a product over a packed panel's columns from
   // `column` on can start (packed_times_matrix at packed + start * depth).
@@ -141,19 +149,27 @@ struct Kernels {
         &level::transpose_into<Scalar>, &level::row_max<Scalar>, &level::exp_shifted<Scalar>,                \
         &level::online_softmax_rows<Scalar>, &level::softmax_gradient_row<Scalar>,                           \
         &level::softmax_backward_row<Scalar>, &level::masked_softmax_row<Scalar>,                            \
-        &level::masked_softmax_block<Scalar>, &level::tiny_scores<Scalar>, few_rows, few_scores              \
+        &level::masked_softmax_block<Scalar>, &level::tiny_scores<Scalar>, few_rows, few_scores, nullptr,    \
+        nullptr                                                                                              \
   }
 
-// The table of `isa` (which the CPU must be able to run): float_level(isa)'s, since the levels above avx512 add
-// bfloat16 products only (detail/bf16_products.hpp).
+// The table of `isa` (which the CPU must be able to run). The levels above avx512 add bfloat16 products only: their
+// table is float_level(isa)'s (isa included: the float kernels and their packing are that level's) with the entries
+// on bfloat16 storage set; the rest of their bfloat16 work is in detail/bf16_products.hpp.
 template <class Scalar>
 const Kernels<Scalar>& kernels_for(Isa isa) {
-  isa = float_level(isa);
   static const Kernels<Scalar> generic_kernels = ATTEND_KERNELS_OF(generic, nullptr, nullptr);
 #ifdef ATTEND_X86_DISPATCH
   static const Kernels<Scalar> avx2_kernels = ATTEND_KERNELS_OF(avx2, nullptr, nullptr);
   static const Kernels<Scalar> avx512_kernels =
       ATTEND_KERNELS_OF(avx512, avx512::few_rows_projection_of<Scalar>(), avx512::few_rows_scores_of<Scalar>());
+  static const Kernels<Scalar> avx512_bf16_kernels = [] {
+    Kernels<Scalar> table = avx512_kernels;
+    table.bf16_scores = avx512_bf16::pairs_scores_of<Scalar>();
+    table.bf16_weighted_values = avx512_bf16::weighted_values_of<Scalar>();
+    return table;
+  }();
+  if (isa == Isa::avx512_bf16) return avx512_bf16_kernels;
   if (isa == Isa::avx512) return avx512_kernels;
   if (isa == Isa::avx2) return avx2_kernels;
 #endif

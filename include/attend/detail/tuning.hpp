@@ -71,7 +71,8 @@ constexpr Eigen::Index product_panel_width = 128 * 4 / sizeof(Scalar);  // 512 b
 // packed row, as product_panel_width.
 constexpr Eigen::Index bf16_in_place_rows = 32;
 constexpr Eigen::Index bf16_panel_group = 8;
-// Decoding in bfloat16 (at most decode_queries queries) widens its keys and values to float a chunk of this many steps
+// Decoding in bfloat16 (at most decode_queries queries) on a level without bfloat16 dot products (avx512_bf16 reads
+// the cache in place) widens its keys and values to float a chunk of this many steps
 // at a time, attends to each chunk and merges the chunks by their log-sum-exp (detail::attention_heads): a chunk of
 // 8 key/value heads of 64, keys and values, is 1 MiB of float, inside L2, where widening the whole cache would write
 // it to memory and read it back (128 and 512: docs/PERFORMANCE.md). Fixed, so that the bits do not depend on the

@@ -52,6 +52,31 @@ inline void interleave_step_quads(const float* X, Index ldx, Index rows, Index i
   }
 }
 
+// Y[r, o] + bias[o] for rows r < rows and outputs o < R <= 8 from H packets of accumulators of 4 rows by 4 steps:
+// lane 4c + p of acc[h][o] is row 4h + c's sum over the steps k = p mod 4 (or, for pairs of steps, k / 2 = p mod 4).
+// Each group of 4 outputs becomes one packet whose lane 4c + q is Y[4h + c, q]: (p0 + p2) + (p1 + p3). bias: (R) or
+// null; Y rows ldy apart.
+template <int R, int H>
+void store_quad_sums(const __m512 (&acc)[H][4 * ((R + 3) / 4)], Index rows, const float* bias, float* Y, Index ldy) {
+  constexpr int G = (R + 3) / 4;
+  for (int g = 0; g < G; ++g) {
+    const __mmask8 present = static_cast<__mmask8>(4 * g + 4 <= R ? 0xF : (1u << (R % 4)) - 1);  // outputs < R
+    const __m128 b = bias == nullptr ? _mm_setzero_ps() : _mm_maskz_loadu_ps(present, bias + 4 * g);
+    for (int h = 0; h < H; ++h) {
+      const __m512* a = acc[h] + 4 * g;
+      const __m512 s01 = _mm512_add_ps(_mm512_shuffle_ps(a[0], a[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                       _mm512_shuffle_ps(a[0], a[1], _MM_SHUFFLE(3, 2, 3, 2)));
+      const __m512 s23 = _mm512_add_ps(_mm512_shuffle_ps(a[2], a[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                       _mm512_shuffle_ps(a[2], a[3], _MM_SHUFFLE(3, 2, 3, 2)));
+      alignas(64) float y[16];  // lane 4c + q: Y[4h + c, 4g + q] less the bias
+      _mm512_store_ps(y, _mm512_add_ps(_mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 1, 3, 1))));
+      for (int c = 0; c < 4 && 4 * h + c < rows; ++c)
+        _mm_mask_storeu_ps(Y + (4 * h + c) * ldy + 4 * g, present, _mm_add_ps(_mm_load_ps(y + 4 * c), b));
+    }
+  }
+}
+
 // Outputs [0, R) of Y (rows, out) for R <= 8: Y[r, o] = sum_k X[r, k] W[o, k] + bias[o], from X's quads; H packets of
 // rows (H = 2 when rows > 4). W: (R, in), rows ldw apart; bias: (R) or null; Y rows ldy apart.
 template <int R, int H>
@@ -80,24 +105,7 @@ void few_rows_block(const float* quads, Index rows, Index in, const float* W, In
       for (int h = 0; h < H; ++h) acc[h][o] = _mm512_fmadd_ps(w, x[h], acc[h][o]);
     }
   }
-  // Lane 4c + p of acc[h][o]: row 4h + c's sum over the steps k = p mod 4. Each group of 4 outputs becomes one packet
-  // whose lane 4c + q is Y[4h + c, q]: (p0 + p2) + (p1 + p3).
-  for (int g = 0; g < G; ++g) {
-    const __mmask8 present = static_cast<__mmask8>(4 * g + 4 <= R ? 0xF : (1u << (R % 4)) - 1);  // outputs < R
-    const __m128 b = bias == nullptr ? _mm_setzero_ps() : _mm_maskz_loadu_ps(present, bias + 4 * g);
-    for (int h = 0; h < H; ++h) {
-      const __m512* a = acc[h] + 4 * g;
-      const __m512 s01 = _mm512_add_ps(_mm512_shuffle_ps(a[0], a[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                       _mm512_shuffle_ps(a[0], a[1], _MM_SHUFFLE(3, 2, 3, 2)));
-      const __m512 s23 = _mm512_add_ps(_mm512_shuffle_ps(a[2], a[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                       _mm512_shuffle_ps(a[2], a[3], _MM_SHUFFLE(3, 2, 3, 2)));
-      alignas(64) float y[16];  // lane 4c + q: Y[4h + c, 4g + q] less the bias
-      _mm512_store_ps(y, _mm512_add_ps(_mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)),
-                                       _mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 1, 3, 1))));
-      for (int c = 0; c < 4 && 4 * h + c < rows; ++c)
-        _mm_mask_storeu_ps(Y + (4 * h + c) * ldy + 4 * g, present, _mm_add_ps(_mm_load_ps(y + 4 * c), b));
-    }
-  }
+  store_quad_sums<R, H>(acc, rows, bias, Y, ldy);
 }
 
 // The last `rest` < 8 outputs, one block of R = rest.
@@ -203,6 +211,14 @@ inline void few_rows_projection(const float* X, Index ldx, Index rows, Index in,
   });
 }
 
+// Requests the cache lines of rows [first, last) of M (elements `width` each, rows ld apart) into L1.
+template <class Element>
+void prefetch_rows(const Element* M, Index ld, Index first, Index last, Index width) {
+  constexpr Index line = 64 / sizeof(Element);  // elements of a cache line
+  for (Index r = first; r < last; ++r)
+    for (Index c = 0; c < width; c += line) _mm_prefetch(reinterpret_cast<const char*>(M + r * ld + c), _MM_HINT_T0);
+}
+
 // Y (rows <= 8, n) = X (rows, d) K^T with K (n, d) read in place, rows ldk apart; X's rows ldx apart, Y's ldy: the
 // scores of a few query rows against a block of keys (a decoding step's group of heads), on the calling thread. Each
 // score sums as few_rows_block's outputs do: its bits depend on the number of rows only. The keys go in blocks of 8
@@ -215,9 +231,7 @@ inline void few_rows_scores(const float* X, Index ldx, Index rows, Index d, cons
   const float* quads = interleaved_quads(X, ldx, rows, d, on_stack);  // (ceil(d / 4), 2, 16)
   constexpr Index block = 8, ahead = tuning::few_rows_prefetch_keys;
   for (Index o = 0; o < n; o += block) {
-    for (Index r = o + ahead; r < std::min(o + ahead + block, available); ++r)
-      for (Index line = 0; line < d; line += 16)
-        _mm_prefetch(reinterpret_cast<const char*>(K + r * ldk + line), _MM_HINT_T0);
+    prefetch_rows(K, ldk, o + ahead, std::min(o + ahead + block, available), d);
     few_rows_times_weight(quads, rows, d, K + o * ldk, ldk, std::min(block, n - o), nullptr, Y + o, ldy);
   }
 }

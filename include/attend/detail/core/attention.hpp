@@ -41,6 +41,8 @@
 #include <attend/threads.hpp>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 namespace attend {
@@ -48,11 +50,14 @@ inline namespace ATTEND_ABI {
 namespace detail {
 namespace core {
 
-template <class Scalar>
+// Queries, keys and values are stored as Stored and computed on in Scalar: Scalar itself, or bfloat16 for a float call
+// of at most decode_queries queries on a level with the kernels of bfloat16 storage (Kernels::bf16_scores), which
+// reads them in place (attend_keys).
+template <class Scalar, class Stored = Scalar>
 struct Call {
-  Heads<const Scalar> queries;  // (batch, Q, H heads of d)
-  Heads<const Scalar> keys;     // (batch, K, G heads of d)
-  Heads<const Scalar> values;   // (batch, K, G heads of dv)
+  Heads<const Stored> queries;  // (batch, Q, H heads of d)
+  Heads<const Stored> keys;     // (batch, K, G heads of d)
+  Heads<const Stored> values;   // (batch, K, G heads of dv)
   const Mask* mask = nullptr;   // shape checked against (batch, Q, K)
   ScoreRule<Scalar> rule;
   AttentionDropout dropout;  // on the weights, training only
@@ -115,8 +120,8 @@ inline std::pair<Index, Index> block_visible(const Mask& mask, Index b, Index q0
 
 // The output row of query q of head pair (b * H + h) that sees no key under FullyMasked::uniform: d2l's weights
 // 1 / num_keys on every value of key/value head g in batch row b, dropped as any weight is in training.
-template <class Scalar>
-void uniform_row(const Heads<const Scalar>& values, const AttentionDropout& dropout, Index b, Index g, Index pair,
+template <class Scalar, class Stored>
+void uniform_row(const Heads<const Stored>& values, const AttentionDropout& dropout, Index b, Index g, Index pair,
                  Index q, Scalar* out) {
   const Index dv = values.dim, nk = values.length;
   std::fill(out, out + dv, Scalar(0));
@@ -124,8 +129,8 @@ void uniform_row(const Heads<const Scalar>& values, const AttentionDropout& drop
   const Scalar share = Scalar(1) / static_cast<Scalar>(nk);
   if (!dropout.active()) {  // the mean: a sum, then one product
     for (Index j = 0; j < nk; ++j) {
-      const Scalar* v = values.at(b, g, j);
-      for (Index c = 0; c < dv; ++c) out[c] += v[c];
+      const Stored* v = values.at(b, g, j);
+      for (Index c = 0; c < dv; ++c) out[c] += static_cast<Scalar>(v[c]);
     }
     for (Index c = 0; c < dv; ++c) out[c] *= share;
     return;
@@ -133,8 +138,8 @@ void uniform_row(const Heads<const Scalar>& values, const AttentionDropout& drop
   for (Index j = 0; j < nk; ++j) {
     Scalar w = share;
     dropout.apply(&w, 1, pair, q, j);
-    const Scalar* v = values.at(b, g, j);
-    for (Index c = 0; c < dv; ++c) out[c] += w * v[c];
+    const Stored* v = values.at(b, g, j);
+    for (Index c = 0; c < dv; ++c) out[c] += w * static_cast<Scalar>(v[c]);
   }
 }
 
@@ -168,8 +173,8 @@ inline Index partial_size(Index batch, Index kv_heads, Index group, Index num_qu
 // Row `row` of the scores of keys [k0, k0 + n) for query q of head h made ready for the online softmax: the score
 // rule on the keys the row sees in [lo, hi), -inf elsewhere; the scale is left to online_softmax_rows when it is the
 // rule's one option.
-template <class Scalar>
-void prepare_row(const Call<Scalar>& call, Scalar* row, Index n, Index k0, Index lo, Index hi,
+template <class Scalar, class Stored>
+void prepare_row(const Call<Scalar, Stored>& call, Scalar* row, Index n, Index k0, Index lo, Index hi,
                  const VisibleKeys& visible, Index b, Index h, Index q) {
   auto [a, z] = visible.within(k0, n);
   a = std::max(a, lo - k0);
@@ -186,8 +191,8 @@ void prepare_row(const Call<Scalar>& call, Scalar* row, Index n, Index k0, Index
 // their products q.k in S (rows, n) become the weights (0 for a key a row does not see), and their acc (rows, dv), m
 // and l are rescaled and updated (the level's online_softmax_rows); then dropout. keys: the rows' visible keys.
 // False when no row sees a key here (S then all 0).
-template <class Scalar>
-bool online_rows(const Call<Scalar>& call, const Kernels<Scalar>& kernel, Scalar* S, Index rows, Index n, Index k0,
+template <class Scalar, class Stored>
+bool online_rows(const Call<Scalar, Stored>& call, const Kernels<Scalar>& kernel, Scalar* S, Index rows, Index n, Index k0,
                  Index lo, Index hi, const VisibleKeys* keys, Index b, Index h, Index q0, Scalar* acc, Scalar* m,
                  Scalar* l) {
   for (Index i = 0; i < rows; ++i) prepare_row(call, S + i * n, n, k0, lo, hi, keys[i], b, h, q0 + i);
@@ -237,8 +242,8 @@ void add_nonzero_terms(const Kernels<Scalar>& kernel, const Scalar* X, Index row
 }
 
 // Rows of a thread's scores in the forward pass: a block of one head's query rows, or the group's heads of a few.
-template <class Scalar>
-Index score_rows(const Call<Scalar>& call) {
+template <class Scalar, class Stored>
+Index score_rows(const Call<Scalar, Stored>& call) {
   return std::max(tuning::core_query_rows, call.group() * tuning::decode_queries);
 }
 
@@ -248,7 +253,8 @@ Index score_rows(const Call<Scalar>& call) {
 template <class Scalar>
 struct ForwardScratch {
   Index values, scores, acc, size;
-  explicit ForwardScratch(const Call<Scalar>& call) {
+  template <class Stored>
+  explicit ForwardScratch(const Call<Scalar, Stored>& call) {
     const Index kb = tuning::core_key_rows, dv = call.values.dim;
     values = call.queries.dim * kb;
     scores = values + kb * padded_to_packets<Scalar>(dv);
@@ -270,11 +276,12 @@ struct ForwardScratch {
 // multiplies over them (a product of that many rows would otherwise pack its operand itself, once per head).
 // Either way a head none of whose rows sees a key of the block adds nothing for it (not 0 times the values, which
 // would turn a value's inf into NaN).
-template <class Scalar>
-void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, const PackedBlocks<Scalar>& packed, Index b,
-                 Index g, Index q0, Index rows, Index lo, Index hi, const VisibleKeys* keys, Scalar* acc, Scalar* m,
-                 Scalar* l, Scalar* scratch) {
-  const Heads<const Scalar>&Q = call.queries, &K = call.keys, &V = call.values;
+template <class Scalar, class Stored>
+void attend_keys(const Call<Scalar, Stored>& call, const Kernels<Scalar>& kernel, const PackedBlocks<Scalar>& packed,
+                 Index b, Index g, Index q0, Index rows, Index lo, Index hi, const VisibleKeys* keys, Scalar* acc,
+                 Scalar* m, Scalar* l, Scalar* scratch) {
+  constexpr bool stored_reduced = !std::is_same<Stored, Scalar>::value;  // bfloat16 read in place: few rows only
+  const Heads<const Stored>&Q = call.queries, &K = call.keys, &V = call.values;
   const Index d = Q.dim, dv = V.dim, group = call.group(), h0 = g * group;
   const Index kb = tuning::core_key_rows;
   const ForwardScratch<Scalar> parts(call);
@@ -289,101 +296,127 @@ void attend_keys(const Call<Scalar>& call, const Kernels<Scalar>& kernel, const 
   // Whether the block's weights may meet its values in a product: when some weight is 0 because its key is hidden
   // from the row (by the mask, the span, a bias of -inf or dropout), only if every value is finite, since 0 times
   // inf or NaN would make NaN a row that does not see that key.
-  const auto product_safe = [&](Index k0, Index n, const Scalar* Vb) {
+  const auto product_safe = [&](Index k0, Index n, const Stored* Vb) {
     bool every_key_seen = call.rule.bias == nullptr && !call.dropout.active() && k0 >= lo && k0 + n <= hi;
     for (Index i = 0; every_key_seen && i < rows; ++i) {
       const auto [a, z] = keys[i].within(k0, n);
       every_key_seen = keys[i].is_range() && a == 0 && z == n;
     }
-    return every_key_seen || all_finite(Eigen::Map<const Matrix<Scalar>, 0, Eigen::OuterStride<>>(
+    return every_key_seen || all_finite(Eigen::Map<const Matrix<Stored>, 0, Eigen::OuterStride<>>(
                                  Vb, n, dv, Eigen::OuterStride<>(V.row_stride)));
   };
-  // acc rows += P rows times the block's values where product_safe is false (add_nonzero_terms): a row that does not
-  // see a NaN value gets the bits it has without it.
-  const auto add_weighted_values = [&](const Scalar* P, Index count, Index n, const Scalar* Vb, Scalar* out) {
-    add_nonzero_terms(kernel, P, n, Index(1), count, n, Vb, V.row_stride, dv, out, dv);
+  // out (count, dv) += P (count, n) times the block's n values, P's rows ldp apart.
+  const auto add_values = [&](const Scalar* P, Index ldp, Index count, Index n, const Stored* Vb, Scalar* out) {
+    if constexpr (stored_reduced)
+      kernel.bf16_weighted_values(P, ldp, count, n, Vb, V.row_stride, dv, out, dv);
+    else
+      kernel.times_matrix(x_rows(P, ldp, count), n, b_rows(Vb, V.row_stride), dv, y_added(out, dv));
   };
-  // The group's heads in turn over the n keys from k0, whose K^T is packed (d rows, the first n of `stored`
-  // columns) and their values (depth rows, the keys' from row first); safe: product_safe's answer.
-  const auto heads_over = [&](Index k0, Index n, const Scalar* Kt_panel, Index stored, const Scalar* Vp_panel,
-                              Index first, Index depth, bool safe) {
-    for (Index hh = 0; hh < group; ++hh) {
-      kernel.packed_times_matrix(x_rows(Q.at(b, h0 + hh, q0), Q.row_stride, rows), d, b_packed(Kt_panel, d, stored), n,
-                                 y_into(S, n));
-      if (!step(hh, 0, k0, n)) continue;
-      if (safe)
-        kernel.packed_times_matrix(x_rows(S, n, rows), n, b_packed(Vp_panel, depth, dv, first), dv,
-                                   y_added(acc + hh * rows * dv, dv));
-      else
-        add_weighted_values(S, rows, n, V.at(b, g, k0), acc + hh * rows * dv);
-    }
+  // add_values where product_safe is false: term by term, skipping the weights that are 0, so that a row that does
+  // not see a NaN value gets the bits it has without it.
+  const auto add_weighted_values = [&](const Scalar* P, Index count, Index n, const Stored* Vb, Scalar* out) {
+    for (Index r = 0; r < count; ++r)
+      for (Index j = 0; j < n; ++j)
+        if (P[r * n + j] != Scalar(0)) add_values(P + r * n + j, 1, 1, 1, Vb + j * V.row_stride, out + r * dv);
   };
-  // At most decode_queries rows: S (group * rows, n) = the scores of the n keys from k0, row hh * rows + i head hh's
-  // query row i. The level's few-rows kernel reads the keys in place, up to few_rows of the group's heads at a time,
-  // and prefetches the keys of the next block up to hi; otherwise the block is transposed into Kt once for the
-  // group's product.
-  const auto few_scores = [&](Index k0, Index n) {
-    if (kernel.few_rows_scores != nullptr) {
-      for (Index i = 0; i < rows; ++i)
-        for (Index hh = 0; hh < group; hh += tuning::few_rows)
-          kernel.few_rows_scores(Q.at(b, h0 + hh, q0 + i), Q.head_stride, std::min(tuning::few_rows, group - hh), d,
-                                 K.at(b, g, k0), K.row_stride, n, hi - k0, S + (hh * rows + i) * n, rows * n);
-      return;
-    }
-    kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
-    for (Index i = 0; i < rows; ++i)
-      kernel.times_matrix(x_rows(Q.at(b, h0, q0 + i), Q.head_stride, group), d, b_rows(Kt, n), n,
-                          y_into(S + i * n, rows * n));
-  };
-  if (packed && rows > tuning::decode_queries) {  // the call's packed panels, from the micro-panel that holds lo
-    const Index pair = b * call.keys.count + g;
-    for (Index t = lo / kb; t * kb < hi; ++t) {
-      const Index base = t * kb, stored = std::min(kb, K.length - base);
-      const Index c0 = kernel.micro_panel_start(std::max(lo - base, Index(0)));
-      const Index n = std::min(kb, hi - base) - c0;
-      heads_over(base + c0, n, packed.key_panel(pair, t) + c0 * d, stored - c0, packed.value_panel(pair, t), c0, stored,
-                 product_safe(base + c0, n, V.at(b, g, base + c0)));
+  if (rows > tuning::decode_queries) {
+    if constexpr (!stored_reduced) {
+      // The group's heads in turn over the n keys from k0, whose K^T is packed (d rows, the first n of `stored`
+      // columns) and their values (depth rows, the keys' from row first); safe: product_safe's answer.
+      const auto heads_over = [&](Index k0, Index n, const Scalar* Kt_panel, Index stored, const Scalar* Vp_panel,
+                                  Index first, Index depth, bool safe) {
+        for (Index hh = 0; hh < group; ++hh) {
+          kernel.packed_times_matrix(x_rows(Q.at(b, h0 + hh, q0), Q.row_stride, rows), d,
+                                     b_packed(Kt_panel, d, stored), n, y_into(S, n));
+          if (!step(hh, 0, k0, n)) continue;
+          if (safe)
+            kernel.packed_times_matrix(x_rows(S, n, rows), n, b_packed(Vp_panel, depth, dv, first), dv,
+                                       y_added(acc + hh * rows * dv, dv));
+          else
+            add_weighted_values(S, rows, n, V.at(b, g, k0), acc + hh * rows * dv);
+        }
+      };
+      if (packed) {  // the call's packed panels, from the micro-panel that holds lo
+        const Index pair = b * call.keys.count + g;
+        for (Index t = lo / kb; t * kb < hi; ++t) {
+          const Index base = t * kb, stored = std::min(kb, K.length - base);
+          const Index c0 = kernel.micro_panel_start(std::max(lo - base, Index(0)));
+          const Index n = std::min(kb, hi - base) - c0;
+          heads_over(base + c0, n, packed.key_panel(pair, t) + c0 * d, stored - c0, packed.value_panel(pair, t), c0,
+                     stored, product_safe(base + c0, n, V.at(b, g, base + c0)));
+        }
+        return;
+      }
+      for (Index k0 = lo; k0 < hi; k0 += kb) {
+        const Index n = std::min(kb, hi - k0);
+        const Scalar* Vb = V.at(b, g, k0);  // (n, dv), rows V.row_stride apart
+        const bool safe = product_safe(k0, n, Vb);
+        kernel.pack_panel(b_columns(K.at(b, g, k0), K.row_stride), d, n, Kt);  // K^T (d, n): entry (c, j) at K[j][c]
+        if (safe) kernel.pack_panel(b_rows(Vb, V.row_stride), n, dv, Vp);
+        heads_over(k0, n, Kt, n, Vp, 0, n, safe);
+      }
     }
     return;
   }
+  // At most decode_queries rows: S (group * rows, n) = the scores of the n keys from k0, row hh * rows + i head hh's
+  // query row i. The level's few-rows kernel reads the keys in place (bfloat16 ones: bf16_scores), up to few_rows of
+  // the group's heads at a time, and prefetches the keys of the next block up to hi; otherwise the block is
+  // transposed into Kt once for the group's product.
+  const auto few_scores = [&](Index k0, Index n) {
+    const auto few_rows = [&](auto scores) {
+      for (Index i = 0; i < rows; ++i)
+        for (Index hh = 0; hh < group; hh += tuning::few_rows)
+          scores(Q.at(b, h0 + hh, q0 + i), Q.head_stride, std::min(tuning::few_rows, group - hh), d, K.at(b, g, k0),
+                 K.row_stride, n, hi - k0, S + (hh * rows + i) * n, rows * n);
+    };
+    if constexpr (stored_reduced) {
+      few_rows(kernel.bf16_scores);
+    } else if (kernel.few_rows_scores != nullptr) {
+      few_rows(kernel.few_rows_scores);
+    } else {
+      kernel.transpose_into(K.at(b, g, k0), K.row_stride, n, d, Kt, n);
+      for (Index i = 0; i < rows; ++i)
+        kernel.times_matrix(x_rows(Q.at(b, h0, q0 + i), Q.head_stride, group), d, b_rows(Kt, n), n,
+                            y_into(S + i * n, rows * n));
+    }
+  };
   for (Index k0 = lo; k0 < hi; k0 += kb) {
     const Index n = std::min(kb, hi - k0);
-    const Scalar* Vb = V.at(b, g, k0);  // (n, dv), rows V.row_stride apart
+    const Stored* Vb = V.at(b, g, k0);  // (n, dv), rows V.row_stride apart
     const bool safe = product_safe(k0, n, Vb);
-    if (rows <= tuning::decode_queries) {
-      few_scores(k0, n);
-      bool every_head = true;
-      for (Index hh = 0; hh < group; ++hh) {
-        const bool any = step(hh, hh * rows, k0, n);
-        every_head = every_head && any;
-      }
-      if (!safe) {
-        add_weighted_values(S, group * rows, n, Vb, acc);
-      } else if (every_head) {
-        kernel.times_matrix(x_rows(S, n, group * rows), n, b_rows(Vb, V.row_stride), dv, y_added(acc, dv));
-      } else {  // the heads with a weight, each alone
-        for (Index hh = 0; hh < group; ++hh) {
-          const Scalar* P = S + hh * rows * n;  // (rows, n)
-          if (std::any_of(P, P + rows * n, [](Scalar w) { return w != Scalar(0); }))
-            kernel.times_matrix(x_rows(P, n, rows), n, b_rows(Vb, V.row_stride), dv, y_added(acc + hh * rows * dv, dv));
-        }
-      }
-      continue;
+    few_scores(k0, n);
+    bool every_head = true;
+    for (Index hh = 0; hh < group; ++hh) {
+      const bool any = step(hh, hh * rows, k0, n);
+      every_head = every_head && any;
     }
-    kernel.pack_panel(b_columns(K.at(b, g, k0), K.row_stride), d, n, Kt);  // K^T (d, n): entry (c, j) at K[j][c]
-    if (safe) kernel.pack_panel(b_rows(Vb, V.row_stride), n, dv, Vp);
-    heads_over(k0, n, Kt, n, Vp, 0, n, safe);
+    if (!safe) {
+      add_weighted_values(S, group * rows, n, Vb, acc);
+    } else if (every_head) {
+      add_values(S, n, group * rows, n, Vb, acc);
+    } else {  // the heads with a weight, each alone
+      for (Index hh = 0; hh < group; ++hh) {
+        const Scalar* P = S + hh * rows * n;  // (rows, n)
+        if (std::any_of(P, P + rows * n, [](Scalar w) { return w != Scalar(0); }))
+          add_values(P, n, rows, n, Vb, acc + hh * rows * dv);
+      }
+    }
   }
 }
 
 // out (batch, Q, H heads of dv) = attention; lse (batch, Q, H) contiguous, or null.
-template <class Scalar>
-void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Buffers<Scalar>& buffers) {
-  const Heads<const Scalar>&Q = call.queries, &K = call.keys, &V = call.values;
+template <class Scalar, class Stored>
+void forward(const Call<Scalar, Stored>& call, const Heads<Scalar>& out, Scalar* lse, Buffers<Scalar>& buffers) {
+  constexpr bool stored_reduced = !std::is_same<Stored, Scalar>::value;
+  const Heads<const Stored>&Q = call.queries, &K = call.keys, &V = call.values;
   const Index B = Q.batch, nq = Q.length, nk = K.length, H = Q.count, G = K.count, dv = V.dim;
   const Index group = call.group();
   if (B == 0 || nq == 0 || H == 0) return;
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // may throw: before any parallel region
+  if constexpr (stored_reduced)
+    if (kernel.bf16_scores == nullptr || nq > tuning::decode_queries)
+      throw std::logic_error("attend: a call on bfloat16 storage needs at most tuning::decode_queries queries and a "
+                             "level with bfloat16 dot products");
   const ForwardPlan plan = forward_plan(nq, nk);
   const Index qb = tuning::core_query_rows;
   const ForwardScratch<Scalar> parts(call);
@@ -414,21 +447,23 @@ void forward(const Call<Scalar>& call, const Heads<Scalar>& out, Scalar* lse, Bu
 
   const double work = static_cast<double>(B) * H * nq * std::max(nk, Index(1)) * (Q.dim + dv);
   PackedBlocks<Scalar> packed;
-  if (nq > tuning::decode_queries && plan.query_blocks > 1 && nk > 0) {
-    packed = PackedBlocks<Scalar>::plan(call);
-    buffers.keys_packed.resize(B * G * packed.panels * packed.key_size);
-    buffers.values_packed.resize(B * G * packed.panels * packed.value_size);
-    Scalar* keys_packed = buffers.keys_packed.data();
-    Scalar* values_packed = buffers.values_packed.data();
-    packed.keys = keys_packed;
-    packed.values = values_packed;
-    const Index kb = tuning::core_key_rows;
-    parallel_for(B * G * packed.panels, static_cast<double>(B * G) * nk * (Q.dim + dv), [&](Index item, int) {
-      const Index t = item % packed.panels, pair = item / packed.panels, b = pair / G, g = pair % G;
-      const Index k0 = t * kb, n = std::min(kb, nk - k0);
-      kernel.pack_panel(b_columns(K.at(b, g, k0), K.row_stride), Q.dim, n, keys_packed + item * packed.key_size);
-      kernel.pack_panel(b_rows(V.at(b, g, k0), V.row_stride), n, dv, values_packed + item * packed.value_size);
-    });
+  if constexpr (!stored_reduced) {  // more than decode_queries rows
+    if (nq > tuning::decode_queries && plan.query_blocks > 1 && nk > 0) {
+      packed = PackedBlocks<Scalar>::plan(call);
+      buffers.keys_packed.resize(B * G * packed.panels * packed.key_size);
+      buffers.values_packed.resize(B * G * packed.panels * packed.value_size);
+      Scalar* keys_packed = buffers.keys_packed.data();
+      Scalar* values_packed = buffers.values_packed.data();
+      packed.keys = keys_packed;
+      packed.values = values_packed;
+      const Index kb = tuning::core_key_rows;
+      parallel_for(B * G * packed.panels, static_cast<double>(B * G) * nk * (Q.dim + dv), [&](Index item, int) {
+        const Index t = item % packed.panels, pair = item / packed.panels, b = pair / G, g = pair % G;
+        const Index k0 = t * kb, n = std::min(kb, nk - k0);
+        kernel.pack_panel(b_columns(K.at(b, g, k0), K.row_stride), Q.dim, n, keys_packed + item * packed.key_size);
+        kernel.pack_panel(b_rows(V.at(b, g, k0), V.row_stride), n, dv, values_packed + item * packed.value_size);
+      });
+    }
   }
   parallel_for(pieces, work, [&](Index piece, int thread) {
     const Index span = piece % plan.spans, block = piece / plan.spans % plan.query_blocks;

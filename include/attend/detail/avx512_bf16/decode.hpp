@@ -1,0 +1,236 @@
+// attend/detail/avx512_bf16/decode.hpp — a decoding step's two products on queries, keys and values stored in
+// bfloat16, read in place on the avx512_bf16 level: the scores S = X K^T of a few query rows, and the weighted sum
+// Y += P V of the weights (float) and the values. The cache is read as stored, at half float's bytes, and never
+// copied.
+//
+// Scores: the few-rows layout of avx512/few_rows_projection.hpp with pairs of steps in each lane. A register holds 4
+// rows by 4 pairs: lane 4c + p of the copy of X holds X[4h + c, 8j + 2p] and X[4h + c, 8j + 2p + 1]; K[o, 8j .. 8j + 7]
+// (16 bytes) is broadcast to the four lane groups, and one vdpbf16ps adds both products of each lane, each exact in
+// float, to its float sum: half the instructions of float's multiply-adds for the same keys. The sums are reduced as
+// the float kernel's (store_quad_sums), so each score's bits depend on the number of rows only.
+//
+// Weighted values: each value row is widened to float in its registers (bfloat16 is float's upper half: exact) and
+// multiplied by each row's weight in float: Y[r, c] gets the chain Y[r, c] + sum_j P[r, j] V[j, c] over the keys in
+// order, the same bits whatever the thread count or the blocks the keys come in.
+#pragma once
+
+#include <algorithm>
+#include <attend/config.hpp>
+#include <attend/detail/avx512/bf16_rows.hpp>
+#include <attend/detail/avx512/few_rows_projection.hpp>
+#include <attend/detail/packet_buffer.hpp>
+#include <attend/detail/target.hpp>
+#include <attend/detail/tuning.hpp>
+#include <attend/tensor.hpp>
+#include <cstring>
+#include <type_traits>
+
+#ifdef ATTEND_X86_DISPATCH
+
+ATTEND_TARGET_AVX512_BF16_BEGIN
+namespace attend {
+inline namespace ATTEND_ABI {
+namespace detail {
+namespace avx512_bf16 {
+
+// X (rows <= 8, d), rows ldx apart, interleaved by groups of 8 steps into octets (ceil(d / 8), 2, 32):
+// octets[j][h][8c + e] = X[4h + c, 8j + e], zero for 4h + c >= rows or 8j + e >= d.
+inline void interleave_step_octets(const bfloat16* X, Index ldx, Index rows, Index d, bfloat16* octets) {
+  const Index count = (d + 7) / 8;
+  std::memset(static_cast<void*>(octets), 0, sizeof(bfloat16) * 64 * count);
+  for (Index r = 0; r < rows; ++r) {
+    const bfloat16* x = X + r * ldx;
+    bfloat16* to = octets + 32 * (r / 4) + 8 * (r % 4);
+    for (Index j = 0; j < d / 8; ++j) std::memcpy(static_cast<void*>(to + 64 * j), x + 8 * j, 8 * sizeof(bfloat16));
+    for (Index k = d / 8 * 8; k < d; ++k) to[64 * (d / 8) + k % 8] = x[k];
+  }
+}
+
+// Scores [0, R) of a block of keys for R <= 8: Y[r, o] = sum_k X[r, k] K[o, k], from X's octets; H packets of rows
+// (H = 2 when rows > 4). K: (R, d), rows ldk apart; Y rows ldy apart.
+template <int R, int H>
+void pairs_scores_block(const bfloat16* octets, Index rows, Index d, const bfloat16* K, Index ldk, float* Y,
+                        Index ldy) {
+  constexpr int G = (R + 3) / 4;  // groups of 4 keys; scores past R stay 0
+  __m512 acc[H][4 * G];
+  #pragma GCC unroll 8
+  for (int h = 0; h < H; ++h)
+    #pragma GCC unroll 8
+    for (int o = 0; o < 4 * G; ++o) acc[h][o] = _mm512_setzero_ps();
+  const Index whole = d / 8;
+  for (Index j = 0; j < whole; ++j) {
+    __m512bh x[H];
+    #pragma GCC unroll 8
+    for (int h = 0; h < H; ++h) x[h] = (__m512bh)_mm512_load_si512(octets + 64 * j + 32 * h);
+#pragma GCC unroll 8
+    for (int o = 0; o < R; ++o) {
+      // K[o, 8j + 2p], K[o, 8j + 2p + 1] in lane 4c + p
+      const __m128i pairs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(K + o * ldk + 8 * j));
+      const __m512bh k = (__m512bh)_mm512_broadcast_i32x4(pairs);
+      #pragma GCC unroll 8
+      for (int h = 0; h < H; ++h) acc[h][o] = _mm512_dpbf16_ps(acc[h][o], k, x[h]);
+    }
+  }
+  if (d % 8 != 0) {  // the last steps: the key's row ends inside the group; its missing entries are read as 0
+    const __mmask8 present = static_cast<__mmask8>((1u << (d % 8)) - 1);
+    __m512bh x[H];
+    #pragma GCC unroll 8
+    for (int h = 0; h < H; ++h) x[h] = (__m512bh)_mm512_load_si512(octets + 64 * whole + 32 * h);
+    #pragma GCC unroll 8
+    for (int o = 0; o < R; ++o) {
+      const __m512bh k = (__m512bh)_mm512_broadcast_i32x4(_mm_maskz_loadu_epi16(present, K + o * ldk + 8 * whole));
+      #pragma GCC unroll 8
+      for (int h = 0; h < H; ++h) acc[h][o] = _mm512_dpbf16_ps(acc[h][o], k, x[h]);
+    }
+  }
+  avx512::store_quad_sums<R, H>(acc, rows, nullptr, Y, ldy);
+}
+
+// The scores of the last `rest` < 8 keys, one block of R = rest.
+template <int H, int R = 7>
+void pairs_scores_rest(Index rest, const bfloat16* octets, Index rows, Index d, const bfloat16* K, Index ldk, float* Y,
+                       Index ldy) {
+  if constexpr (R > 0) {
+    if (rest == R) return pairs_scores_block<R, H>(octets, rows, d, K, ldk, Y, ldy);
+    pairs_scores_rest<H, R - 1>(rest, octets, rows, d, K, ldk, Y, ldy);
+  }
+}
+
+// Y (rows <= 8, n) = X (rows, d) K^T, X and K (n, d) bfloat16 read in place, rows ldx and ldk apart, Y (float) rows
+// ldy apart: a decoding step's scores of a few query rows against a block of keys, on the calling thread. The keys go
+// in blocks of 8; before each, the cache lines of the keys tuning::few_rows_prefetch_keys rows on are requested, up
+// to `available` rows from K (at least n: the keys that follow this block and will be read next).
+inline void pairs_scores(const bfloat16* X, Index ldx, Index rows, Index d, const bfloat16* K, Index ldk, Index n,
+                         Index available, float* Y, Index ldy) {
+  constexpr Index on_stack_size = (tuning::few_rows_stack_in + 7) / 8 * 64;
+  alignas(64) bfloat16 on_stack[on_stack_size];
+  static thread_local PacketBuffer<float> kept;  // X's copy past few_rows_stack_in steps, as pairs
+  bfloat16* octets = on_stack;                   // (ceil(d / 8), 2, 32)
+  if (d > tuning::few_rows_stack_in) {
+    kept.resize((d + 7) / 8 * 32);
+    octets = reinterpret_cast<bfloat16*>(kept.data());
+  }
+  interleave_step_octets(X, ldx, rows, d, octets);
+  constexpr Index block = 8, ahead = tuning::few_rows_prefetch_keys;
+  for (Index o = 0; o < n; o += block) {
+    avx512::prefetch_rows(K, ldk, o + ahead, std::min(o + ahead + block, available), d);
+    const Index count = std::min(block, n - o);
+    if (rows > 4) {
+      if (count == block)
+        pairs_scores_block<block, 2>(octets, rows, d, K + o * ldk, ldk, Y + o, ldy);
+      else
+        pairs_scores_rest<2>(count, octets, rows, d, K + o * ldk, ldk, Y + o, ldy);
+    } else if (count == block) {
+      pairs_scores_block<block, 1>(octets, rows, d, K + o * ldk, ldk, Y + o, ldy);
+    } else {
+      pairs_scores_rest<1>(count, octets, rows, d, K + o * ldk, ldk, Y + o, ldy);
+    }
+  }
+}
+
+// Columns [c0, c0 + 16 C) of Y (R, columns) += P (R, n) V (n, columns), C packets of columns (the last may be partial:
+// `last` its lanes in use); P's rows ldp apart, V's ldv, Y's ldy. `fetch` > 0: the first block of columns, which
+// requests the cache lines of V's rows tuning::few_rows_prefetch_keys on, `fetch` columns of each, so that the later
+// blocks find the rows in cache.
+template <int R, int C>
+void weighted_values_block(const float* P, Index ldp, Index n, const bfloat16* V, Index ldv, Index c0, __mmask16 last,
+                           Index fetch, float* Y, Index ldy) {
+  constexpr Index ahead = tuning::few_rows_prefetch_keys;
+  __m512 acc[R][C];
+  __mmask16 lanes[C];  // of each packet of columns
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) lanes[c] = c == C - 1 ? last : __mmask16(0xffff);
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_maskz_loadu_ps(lanes[c], Y + r * ldy + c0 + 16 * c);
+  for (Index j = 0; j < n; ++j) {
+    if (fetch > 0 && j + ahead < n) avx512::prefetch_rows(V, ldv, j + ahead, j + ahead + 1, fetch);
+    __m512 v[C];
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) v[c] = avx512::widen16(V + j * ldv + c0 + 16 * c, lanes[c]);
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 p = _mm512_set1_ps(P[r * ldp + j]);
+      #pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(p, v[c], acc[r][c]);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(Y + r * ldy + c0 + 16 * c, lanes[c], acc[r][c]);
+}
+
+// All columns of R rows: blocks of C packets, then the last columns in one block of fewer.
+template <int R, int C>
+void weighted_values_rows(const float* P, Index ldp, Index n, const bfloat16* V, Index ldv, Index columns, float* Y,
+                          Index ldy) {
+  constexpr Index width = 16 * C;
+  Index c0 = 0;
+  for (; c0 + width <= columns; c0 += width)
+    weighted_values_block<R, C>(P, ldp, n, V, ldv, c0, __mmask16(0xffff), c0 == 0 ? columns : 0, Y, ldy);
+  for (; c0 < columns; c0 += 16) {  // the rest, a packet at a time
+    const Index left = columns - c0;
+    const __mmask16 last = left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1);
+    weighted_values_block<R, 1>(P, ldp, n, V, ldv, c0, last, c0 == 0 ? columns : 0, Y, ldy);
+  }
+}
+
+// Rows [0, rows) for rows < R: one block of the rest.
+template <int R>
+void weighted_values_rest(Index rest, const float* P, Index ldp, Index n, const bfloat16* V, Index ldv, Index columns,
+                          float* Y, Index ldy) {
+  if constexpr (R > 0) {
+    if (rest == R) return weighted_values_rows<R, (R > 4 ? 2 : 4)>(P, ldp, n, V, ldv, columns, Y, ldy);
+    weighted_values_rest<R - 1>(rest, P, ldp, n, V, ldv, columns, Y, ldy);
+  }
+}
+
+// Y (rows, columns) += P (rows, n) V (n, columns): P (float) rows ldp apart, V bfloat16 rows ldv apart widened in
+// registers, Y (float) rows ldy apart. Rows in blocks of 8 (2 packets of columns at a time) and one block of the rest
+// (4 packets at a time up to 4 rows): every value row is read once per block of rows.
+inline void weighted_values(const float* P, Index ldp, Index rows, Index n, const bfloat16* V, Index ldv,
+                            Index columns, float* Y, Index ldy) {
+  constexpr int block = 8;
+  Index r = 0;
+  for (; r + block <= rows; r += block)
+    weighted_values_rows<block, 2>(P + r * ldp, ldp, n, V, ldv, columns, Y + r * ldy, ldy);
+  weighted_values_rest<block - 1>(rows - r, P + r * ldp, ldp, n, V, ldv, columns, Y + r * ldy, ldy);
+}
+
+}  // namespace avx512_bf16
+}  // namespace detail
+}  // namespace ATTEND_ABI
+}  // namespace attend
+ATTEND_TARGET_END
+
+#endif  // ATTEND_X86_DISPATCH
+
+namespace attend {
+inline namespace ATTEND_ABI {
+namespace detail {
+namespace avx512_bf16 {
+
+// The decoding step's products on bfloat16 storage for a table of Scalar, or null: floats only.
+template <class Scalar>
+constexpr auto pairs_scores_of() {
+  using Entry = void (*)(const bfloat16*, Index, Index, Index, const bfloat16*, Index, Index, Index, Scalar*, Index);
+#ifdef ATTEND_X86_DISPATCH
+  if constexpr (std::is_same<Scalar, float>::value) return static_cast<Entry>(&pairs_scores);
+#endif
+  return static_cast<Entry>(nullptr);
+}
+template <class Scalar>
+constexpr auto weighted_values_of() {
+  using Entry = void (*)(const Scalar*, Index, Index, Index, const bfloat16*, Index, Index, Scalar*, Index);
+#ifdef ATTEND_X86_DISPATCH
+  if constexpr (std::is_same<Scalar, float>::value) return static_cast<Entry>(&weighted_values);
+#endif
+  return static_cast<Entry>(nullptr);
+}
+
+}  // namespace avx512_bf16
+}  // namespace detail
+}  // namespace ATTEND_ABI
+}  // namespace attend
