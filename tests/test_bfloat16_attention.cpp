@@ -4,6 +4,8 @@
 // decoding through the cache) bit for bit their definitions composed of those tested pieces: each projection a
 // Linear<bfloat16>, the rotation, then the attention, each result rounded once. Every level this CPU has, forced in
 // turn.
+#include <attend/detail/bf16_products.hpp>
+#include <attend/detail/tuning.hpp>
 #include <attend/grouped_query_attention.hpp>
 #include <attend/kv_cache.hpp>
 #include <attend/linear.hpp>
@@ -39,17 +41,28 @@ struct Ratios {
 
 // What a query sees and what is done to its scores (attend/score_options.hpp, attend/mask.hpp): causal (query q at
 // aligned position p = q + nk - nq sees keys up to p), a window of `left` keys before p (none when negative), softcap
-// and ALiBi slopes (one per query head, or none).
+// and ALiBi slopes (one per query head, or none); whether the weights are rounded to bfloat16 for their product with
+// the values (rounds_weights).
 struct Rule {
   bool causal = false;
   Index left = -1;
   double softcap = 0;
   std::vector<double> slopes;
+  bool weights_rounded = false;
 };
 
-Rule causal_rule(bool causal) {
+// Whether a call of nq queries on `isa` rounds its weights to bfloat16 before their product with the values, as
+// FlashAttention and PyTorch's CPU kernel do: the packed path of avx512_bf16 where its pairs run at full rate
+// (scaled_dot_product_attention.hpp, reduced_attention_heads).
+bool rounds_weights(Isa isa, Index nq) {
+  return isa == Isa::avx512_bf16 && attend::detail::pairs_at_full_rate() && nq > attend::detail::tuning::decode_queries;
+}
+
+// Causal or not, on `isa` for nq queries.
+Rule causal_rule(bool causal, Isa isa, Index nq) {
   Rule rule;
   rule.causal = causal;
+  rule.weights_rounded = rounds_weights(isa, nq);
   return rule;
 }
 
@@ -59,7 +72,8 @@ Rule causal_rule(bool causal) {
 // of one output: a score's float error ds = (d + 2) 2^-24 (scale max_j sum_i |q_i k_ji| + the largest ALiBi term)
 // (the softcap's derivative is at most 1) moves each weight by at most 2 ds of itself; the weights' and the weighted
 // sum's float rounding (and exp's and tanh's, within a few units) stay within (keys + 16) 2^-24; both times max |v|;
-// then the rounding to bfloat16, 2^-8 of the result. lse: its float error within (d + keys + 16) 2^-24 of the larger
+// weights rounded to bfloat16 move each by at most 2^-8 of itself: 2^-8 sum_j w_j |v_j| more; then the rounding to
+// bfloat16, 2^-8 of the result. lse: its float error within (d + keys + 16) 2^-24 of the larger
 // of its terms, then rounded.
 Ratios attention_ratios(const Tensor3<bfloat16>& Q, const Tensor3<bfloat16>& K, const Tensor3<bfloat16>& V,
                         Index heads, Index kv_heads, const Rule& rule, const Tensor3<bfloat16>& O,
@@ -100,12 +114,16 @@ Ratios attention_ratios(const Tensor3<bfloat16>& Q, const Tensor3<bfloat16>& K, 
         worst.lse = std::max(worst.lse, std::abs(static_cast<double>(lse(b, q, h)) - lse_expected) / lse_bound);
         const double ds = static_cast<double>(d + 2) * unit * magnitude;
         const double computing = v_max * (2 * ds + static_cast<double>(keys + 16) * unit);
+        for (double& sc : score) sc = std::exp(sc - largest) / total;  // the weights
         for (Index i = 0; i < d; ++i) {
-          double expected = 0;
-          for (Index j = first; j < end; ++j)
-            expected += std::exp(score[static_cast<std::size_t>(j - first)] - largest) / total *
-                        static_cast<double>(V(b, j, g * d + i));
-          const double bound = computing + std::ldexp(1.0, -8) * (std::abs(expected) + computing);
+          double expected = 0, weighted = 0;  // sum_j w_j v_j, sum_j w_j |v_j|
+          for (Index j = first; j < end; ++j) {
+            const double w = score[static_cast<std::size_t>(j - first)], v = static_cast<double>(V(b, j, g * d + i));
+            expected += w * v;
+            weighted += w * std::abs(v);
+          }
+          const double rounded = rule.weights_rounded ? std::ldexp(weighted, -8) : 0.0;
+          const double bound = computing + rounded + std::ldexp(1.0, -8) * (std::abs(expected) + computing + rounded);
           worst.output = std::max(worst.output, std::abs(static_cast<double>(O(b, q, h * d + i)) - expected) / bound);
         }
       }
@@ -137,7 +155,7 @@ TEST_CASE("scaled_dot_product_attention<bfloat16>: in float on the stored values
     const Tensor3<bfloat16> O = attend::scaled_dot_product_attention(Q, K, V, heads, kv_heads, mask, {}, &lse);
     REQUIRE(O.dimension(2) == heads * d);
     REQUIRE(lse.dimension(2) == heads);
-    const Ratios worst = attention_ratios(Q, K, V, heads, kv_heads, causal_rule(causal), O, lse);
+    const Ratios worst = attention_ratios(Q, K, V, heads, kv_heads, causal_rule(causal, isa, Q.dimension(1)), O, lse);
     CHECK(worst.output <= 1.0);
     CHECK(worst.lse <= 1.0);
   }
@@ -168,24 +186,24 @@ TEST_CASE("scaled_dot_product_attention<bfloat16> against a KVCache<bfloat16>: i
     Tensor3<bfloat16> lse;
     const Tensor3<bfloat16> O =
         attend::scaled_dot_product_attention(Q, cache, heads, causal ? Mask::causal() : Mask{}, {}, &lse);
-    const Ratios worst = attention_ratios(Q, K, V, heads, kv_heads, causal_rule(causal), O, lse);
+    const Ratios worst = attention_ratios(Q, K, V, heads, kv_heads, causal_rule(causal, isa, Q.dimension(1)), O, lse);
     CHECK(worst.output <= 1.0);
     CHECK(worst.lse <= 1.0);
   }
 }
 
-TEST_CASE("A decoding step in bfloat16 against a KVCache<bfloat16>: grouped heads, a window, softcap and ALiBi",
+TEST_CASE("Attention in bfloat16 against a KVCache<bfloat16>: grouped heads, a window, softcap and ALiBi",
           "[bfloat16]") {
-  // 1 and 4 queries (a decoding step, and a few checked at once) against 700 cached steps, so that the keys come in
-  // several blocks of core_key_rows and spans of decode_span (on avx512_bf16 the cache is read in place; the other
-  // levels widen it): heads of 64 in groups of 4 and of 16 (more than the few-rows kernel's 8 at a time) and of 128,
-  // causal, within a causal window of 100 keys, or with softcap and ALiBi. Against the definition as above; on each
-  // level, 1 and 2 threads give the same bits.
+  // 1 and 4 queries (a decoding step, and a few checked at once) and 70 (a prefill: two blocks of core_query_rows)
+  // against 700 cached steps, so that the keys come in several blocks of core_key_rows and spans of decode_span (on
+  // avx512_bf16 the cache is read in place; the other levels widen it): heads of 64 in groups of 4 and of 16 (more than
+  // the few-rows kernel's 8 at a time) and of 128, causal, within a causal window of 100 keys, or with softcap and
+  // ALiBi. Against the definition as above; on each level, 1 and 2 threads give the same bits.
   struct Shape {
     Index heads, kv_heads, d;
   };
   const Shape shape = GENERATE(Shape{8, 2, 64}, Shape{16, 1, 64}, Shape{4, 1, 128});
-  const Index queries = GENERATE(Index(1), Index(4));
+  const Index queries = GENERATE(Index(1), Index(4), Index(70));
   const int variant = GENERATE(0, 1, 2);  // causal; a window; softcap and ALiBi
   CAPTURE(shape.heads, shape.kv_heads, shape.d, queries, variant);
   const Index batch = 1, length = 700, heads = shape.heads, kv_heads = shape.kv_heads, d = shape.d;
@@ -194,7 +212,7 @@ TEST_CASE("A decoding step in bfloat16 against a KVCache<bfloat16>: grouped head
   const Tensor3<bfloat16> Q = random_bf16(batch, queries, heads * d, 86);    // (1, queries, heads * d)
   attend::KVCache<bfloat16> cache(batch, kv_heads, d, length);
   cache.append(K, V);
-  Rule rule = causal_rule(true);
+  Rule rule = causal_rule(true, Isa::generic, queries);
   Mask mask = Mask::causal();
   attend::ScoreOptions<bfloat16> options;
   if (variant == 1) {
@@ -212,6 +230,7 @@ TEST_CASE("A decoding step in bfloat16 against a KVCache<bfloat16>: grouped head
   for (Isa isa : attend_test::bf16_levels()) {
     CAPTURE(attend::isa_name(isa));
     const ForcedLevel level(isa);
+    rule.weights_rounded = rounds_weights(isa, queries);
     Tensor3<bfloat16> lse, lse_two;
     attend::set_num_threads(1);
     const Tensor3<bfloat16> O = attend::scaled_dot_product_attention(Q, cache, heads, mask, options, &lse);

@@ -171,9 +171,10 @@ void attention_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K,
                      const Mask& mask, const ScoreOptions<Scalar>& options, const AttentionDropout& dropout,
                      Tensor3<Scalar>* lse, const Heads<Scalar>& out, core::Buffers<Scalar>& buffers);
 
-// Attention of bfloat16 heads, out and lse rounded once. At most decode_queries queries on a level with bfloat16 dot
-// products (a decoding step): the float core reads Q, K and V in place (core::Call<float, bfloat16>), its output and
-// lse in buffers.widened. Otherwise the float core on widened copies in buffers.widened: Q is widened once; the keys and values in one piece, or, when chunks_keys, a chunk at a time into a buffer that stays in
+// Attention of bfloat16 heads, out and lse rounded once. On a level with bfloat16 dot products, for at most
+// decode_queries queries (a decoding step) or where they run at the multiply-add's rate (pairs_at_full_rate): the
+// float core reads Q, K and V in place (core::Call<float, bfloat16>), its output and lse in buffers.widened.
+// Otherwise the float core on widened copies in buffers.widened: Q is widened once; the keys and values in one piece, or, when chunks_keys, a chunk at a time into a buffer that stays in
 // cache, with no mask for the chunks every query sees whole and the call's causal mask for the last (aligned
 // bottom-right on it, as on the whole). The chunks' outputs are merged in key order by their log-sum-exp:
 // O = (e^(L - M) O + e^(l - M) o) / (e^(L - M) + e^(l - M)), L = M + log(e^(L - M) + e^(l - M)), M = max(L, l).
@@ -184,7 +185,7 @@ inline void reduced_attention_heads(const Heads<const bfloat16>& Q, const Heads<
                                     core::Buffers<bfloat16>& buffers) {
   const Isa isa = active_isa();
   const ScoreOptions<float> wide_options = widened_options(isa, options);
-  if (Q.length <= tuning::decode_queries && kernels<float>().bf16_scores != nullptr) {
+  if (kernels<float>().bf16_scores != nullptr && (Q.length <= tuning::decode_queries || pairs_at_full_rate())) {
     const core::ScoreRule<float> rule = core::score_rule(wide_options, Q.batch, Q.count, Q.length, K.length, Q.dim);
     const Index o = heads_size(out), rows = Q.batch * Q.length * Q.count;
     buffers.widened.resize(o + rows);

@@ -59,11 +59,15 @@ inline void narrow(Isa isa, const float* from, Index count, bfloat16* to) {
 }
 
 // Whether this CPU's vdpbf16ps multiplies at least as fast as its float multiply-adds: AMD's (Zen 4 and later).
+// Asked of the CPU once.
 inline bool pairs_at_full_rate() {
 #ifdef ATTEND_X86_DISPATCH
-  unsigned int a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-  return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "Auth" "enti" "cAMD"
+  static const bool amd = [] {
+    unsigned int a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "Auth" "enti" "cAMD"
+  }();
+  return amd;
 #else
   return false;
 #endif

@@ -17,7 +17,7 @@
 #include <attend/detail/avx2/simd.hpp>
 #include <attend/detail/avx512/few_rows_projection.hpp>
 #include <attend/detail/avx512/simd.hpp>
-#include <attend/detail/avx512_bf16/decode.hpp>
+#include <attend/detail/avx512_bf16/attention.hpp>
 #include <attend/detail/generic/simd.hpp>
 #include <attend/detail/mask_row.hpp>
 #include <attend/detail/operands.hpp>
@@ -28,6 +28,7 @@
 #include <attend/mask.hpp>
 #include <attend/tensor.hpp>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <new>
@@ -129,13 +130,22 @@ struct Kernels {
   // (avx512/few_rows_projection.hpp)
   void (*few_rows_scores)(const Scalar* X, Index ldx, Index rows, Index d, const Scalar* K, Index ldk, Index n,
                           Index available, Scalar* Y, Index ldy);
-  // A decoding step on queries, keys and values stored in bfloat16, read in place (avx512_bf16/decode.hpp); null
-  // where the level has no bfloat16 dot products, and for double. bf16_scores: few_rows_scores's product on
-  // bfloat16 X and K; bf16_weighted_values: Y (rows, columns) += P (rows, n) V (n, columns), V's rows ldv apart.
+  // Attention on queries, keys and values stored in bfloat16 (avx512_bf16/attention.hpp); null where the level has
+  // no bfloat16 dot products, and for double. A decoding step reads them in place: bf16_scores, few_rows_scores's
+  // product on bfloat16 X and K; bf16_weighted_values, Y (rows, columns) += P (rows, n) V (n, columns), V's rows ldv
+  // apart. More rows: a block of keys (n, d) or values (n, dv) packed into pairs (bf16_pack_keys, bf16_pack_values),
+  // the scores X (rows, d) K^T from the keys' pairs (bf16_packed_scores), and P (rows, n, rows n apart) rounded to
+  // bfloat16 in place times the values' pairs (bf16_rounded_weights_times_values).
   void (*bf16_scores)(const bfloat16* X, Index ldx, Index rows, Index d, const bfloat16* K, Index ldk, Index n,
                       Index available, Scalar* Y, Index ldy);
   void (*bf16_weighted_values)(const Scalar* P, Index ldp, Index rows, Index n, const bfloat16* V, Index ldv,
                                Index columns, Scalar* Y, Index ldy);
+  void (*bf16_pack_keys)(const bfloat16* K, Index ldk, Index n, Index d, std::uint32_t* packed);
+  void (*bf16_pack_values)(const bfloat16* V, Index ldv, Index n, Index dv, std::uint32_t* packed);
+  void (*bf16_packed_scores)(const bfloat16* X, Index ldx, Index rows, Index d, const std::uint32_t* keys, Index n,
+                             const Output<Scalar>& Y);
+  void (*bf16_rounded_weights_times_values)(Scalar* P, Index rows, Index n, const std::uint32_t* values, Index dv,
+                                            const Output<Scalar>& Y);
 
   // The first column of the micro-panel that holds `column`: where a product over a packed panel's columns from
   // `column` on can start (packed_times_matrix at packed + start * depth).
@@ -150,7 +160,7 @@ struct Kernels {
         &level::online_softmax_rows<Scalar>, &level::softmax_gradient_row<Scalar>,                           \
         &level::softmax_backward_row<Scalar>, &level::masked_softmax_row<Scalar>,                            \
         &level::masked_softmax_block<Scalar>, &level::tiny_scores<Scalar>, few_rows, few_scores, nullptr,    \
-        nullptr                                                                                              \
+        nullptr, nullptr, nullptr, nullptr, nullptr                                                          \
   }
 
 // The table of `isa` (which the CPU must be able to run). The levels above avx512 add bfloat16 products only: their
@@ -167,6 +177,10 @@ const Kernels<Scalar>& kernels_for(Isa isa) {
     Kernels<Scalar> table = avx512_kernels;
     table.bf16_scores = avx512_bf16::pairs_scores_of<Scalar>();
     table.bf16_weighted_values = avx512_bf16::weighted_values_of<Scalar>();
+    table.bf16_pack_keys = avx512_bf16::pack_key_pairs_of<Scalar>();
+    table.bf16_pack_values = avx512_bf16::pack_value_pairs_of<Scalar>();
+    table.bf16_packed_scores = avx512_bf16::packed_scores_of<Scalar>();
+    table.bf16_rounded_weights_times_values = avx512_bf16::rounded_weights_times_values_of<Scalar>();
     return table;
   }();
   if (isa == Isa::avx512_bf16) return avx512_bf16_kernels;

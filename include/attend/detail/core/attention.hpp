@@ -40,6 +40,7 @@
 #include <attend/tensor.hpp>
 #include <attend/threads.hpp>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <stdexcept>
 #include <type_traits>
@@ -51,8 +52,8 @@ namespace detail {
 namespace core {
 
 // Queries, keys and values are stored as Stored and computed on in Scalar: Scalar itself, or bfloat16 for a float call
-// of at most decode_queries queries on a level with the kernels of bfloat16 storage (Kernels::bf16_scores), which
-// reads them in place (attend_keys).
+// on a level with the kernels of bfloat16 storage (Kernels::bf16_scores and the rest), which read them in place
+// (attend_keys).
 template <class Scalar, class Stored = Scalar>
 struct Call {
   Heads<const Stored> queries;  // (batch, Q, H heads of d)
@@ -355,6 +356,27 @@ void attend_keys(const Call<Scalar, Stored>& call, const Kernels<Scalar>& kernel
         if (safe) kernel.pack_panel(b_rows(Vb, V.row_stride), n, dv, Vp);
         heads_over(k0, n, Kt, n, Vp, 0, n, safe);
       }
+    } else {
+      // bfloat16 storage: each block of keys, and of values, packed into pairs once for the group's heads; each
+      // head's scores from its bfloat16 queries, its online step in float, then its weights rounded to bfloat16 in S
+      // times the values' pairs, added to acc in float.
+      auto* key_pairs = reinterpret_cast<std::uint32_t*>(Kt);    // (ceil(n / 16) panels of pairs of d by 16 keys)
+      auto* value_pairs = reinterpret_cast<std::uint32_t*>(Vp);  // (ceil(dv / 16) panels of pairs of keys by 16)
+      for (Index k0 = lo; k0 < hi; k0 += kb) {
+        const Index n = std::min(kb, hi - k0);
+        const Stored* Vb = V.at(b, g, k0);  // (n, dv), rows V.row_stride apart
+        const bool safe = product_safe(k0, n, Vb);
+        kernel.bf16_pack_keys(K.at(b, g, k0), K.row_stride, n, d, key_pairs);
+        if (safe) kernel.bf16_pack_values(Vb, V.row_stride, n, dv, value_pairs);
+        for (Index hh = 0; hh < group; ++hh) {
+          kernel.bf16_packed_scores(Q.at(b, h0 + hh, q0), Q.row_stride, rows, d, key_pairs, n, y_into(S, n));
+          if (!step(hh, 0, k0, n)) continue;
+          if (safe)
+            kernel.bf16_rounded_weights_times_values(S, rows, n, value_pairs, dv, y_added(acc + hh * rows * dv, dv));
+          else
+            add_weighted_values(S, rows, n, Vb, acc + hh * rows * dv);
+        }
+      }
     }
     return;
   }
@@ -414,9 +436,8 @@ void forward(const Call<Scalar, Stored>& call, const Heads<Scalar>& out, Scalar*
   if (B == 0 || nq == 0 || H == 0) return;
   const Kernels<Scalar>& kernel = kernels<Scalar>();  // may throw: before any parallel region
   if constexpr (stored_reduced)
-    if (kernel.bf16_scores == nullptr || nq > tuning::decode_queries)
-      throw std::logic_error("attend: a call on bfloat16 storage needs at most tuning::decode_queries queries and a "
-                             "level with bfloat16 dot products");
+    if (kernel.bf16_scores == nullptr)
+      throw std::logic_error("attend: a call on bfloat16 storage needs a level with bfloat16 dot products");
   const ForwardPlan plan = forward_plan(nq, nk);
   const Index qb = tuning::core_query_rows;
   const ForwardScratch<Scalar> parts(call);

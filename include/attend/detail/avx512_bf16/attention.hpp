@@ -1,7 +1,9 @@
-// attend/detail/avx512_bf16/decode.hpp — a decoding step's two products on queries, keys and values stored in
-// bfloat16, read in place on the avx512_bf16 level: the scores S = X K^T of a few query rows, and the weighted sum
-// Y += P V of the weights (float) and the values. The cache is read as stored, at half float's bytes, and never
-// copied.
+// attend/detail/avx512_bf16/attention.hpp — the attention core's products on queries, keys and values stored in
+// bfloat16, on the avx512_bf16 level, accumulated in float.
+//
+// A decoding step (a few query rows) reads the cache in place: the scores S = X K^T of a few query rows, and the
+// weighted sum Y += P V of the weights (float) and the values. The cache is read as stored, at half float's bytes,
+// and never copied.
 //
 // Scores: the few-rows layout of avx512/few_rows_projection.hpp with pairs of steps in each lane. A register holds 4
 // rows by 4 pairs: lane 4c + p of the copy of X holds X[4h + c, 8j + 2p] and X[4h + c, 8j + 2p + 1]; K[o, 8j .. 8j + 7]
@@ -12,16 +14,24 @@
 // Weighted values: each value row is widened to float in its registers (bfloat16 is float's upper half: exact) and
 // multiplied by each row's weight in float: Y[r, c] gets the chain Y[r, c] + sum_j P[r, j] V[j, c] over the keys in
 // order, the same bits whatever the thread count or the blocks the keys come in.
+//
+// More query rows: each block of keys and of values is packed once into pairs for the group's heads, and both
+// products are avx512_bf16/products.hpp's packed product (6 rows by 4 panels of 16 columns, vdpbf16ps), kept in
+// float: the scores from the bfloat16 queries and the keys' pairs (pack_key_pairs), and the weights, rounded to
+// bfloat16 once as FlashAttention and PyTorch's CPU kernel round them, times the values' pairs (pack_pairs_of_rows).
 #pragma once
 
 #include <algorithm>
 #include <attend/config.hpp>
 #include <attend/detail/avx512/bf16_rows.hpp>
 #include <attend/detail/avx512/few_rows_projection.hpp>
+#include <attend/detail/avx512_bf16/products.hpp>
+#include <attend/detail/operands.hpp>
 #include <attend/detail/packet_buffer.hpp>
 #include <attend/detail/target.hpp>
 #include <attend/detail/tuning.hpp>
 #include <attend/tensor.hpp>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -199,6 +209,37 @@ inline void weighted_values(const float* P, Index ldp, Index rows, Index n, cons
   weighted_values_rest<block - 1>(rows - r, P + r * ldp, ldp, n, V, ldv, columns, Y + r * ldy, ldy);
 }
 
+// A block of keys K (n, d), rows ldk apart, packed into pairs (pack_pairs: panels of 16 keys, a pair of steps in
+// each lane), for packed_scores.
+inline void pack_key_pairs(const bfloat16* K, Index ldk, Index n, Index d, std::uint32_t* packed) {
+  pack_pairs(K, ldk, n, d, 0, (n + panel_columns - 1) / panel_columns, packed);
+}
+
+// Y (rows, n) (+)= X (rows, d) K^T in float, X bfloat16 rows ldx apart, K packed by pack_key_pairs.
+inline void packed_scores(const bfloat16* X, Index ldx, Index rows, Index d, const std::uint32_t* keys, Index n,
+                          const Output<float>& Y) {
+  times_packed_float(X, ldx, rows, d, keys, n, Y);
+}
+
+// Y (rows, dv) (+)= round(P) V in float: P (rows, n) in float, rows n apart, rounded to bfloat16 in place first (to
+// nearest even; row i then at P's bytes as n bfloat16 from (bfloat16*) P + 2 i n, the floats lost), V packed by
+// pack_pairs_of_rows.
+inline void rounded_weights_times_values(float* P, Index rows, Index n, const std::uint32_t* values, Index dv,
+                                         const Output<float>& Y) {
+  for (Index i = 0; i < rows; ++i) {
+    float* row = P + i * n;
+    auto* to = reinterpret_cast<bfloat16*>(row);  // each step's 64 bytes written over the 128 it has just read
+    for (Index k = 0; k < n; k += 32) {
+      const Index left = n - k;
+      const __mmask16 low = first_lanes(left), high = left > 16 ? first_lanes(left - 16) : __mmask16(0);
+      const __m512 a = _mm512_maskz_loadu_ps(low, row + k), b = _mm512_maskz_loadu_ps(high, row + k + 16);
+      const __mmask32 lanes = static_cast<__mmask32>(low) | (static_cast<__mmask32>(high) << 16);
+      _mm512_mask_storeu_epi16(to + k, lanes, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+    }
+  }
+  times_packed_float(reinterpret_cast<const bfloat16*>(P), 2 * n, rows, n, values, dv, Y);
+}
+
 }  // namespace avx512_bf16
 }  // namespace detail
 }  // namespace ATTEND_ABI
@@ -212,7 +253,7 @@ inline namespace ATTEND_ABI {
 namespace detail {
 namespace avx512_bf16 {
 
-// The decoding step's products on bfloat16 storage for a table of Scalar, or null: floats only.
+// The entries of the products on bfloat16 storage for a table of Scalar, or null: floats only.
 template <class Scalar>
 constexpr auto pairs_scores_of() {
   using Entry = void (*)(const bfloat16*, Index, Index, Index, const bfloat16*, Index, Index, Index, Scalar*, Index);
@@ -226,6 +267,38 @@ constexpr auto weighted_values_of() {
   using Entry = void (*)(const Scalar*, Index, Index, Index, const bfloat16*, Index, Index, Scalar*, Index);
 #ifdef ATTEND_X86_DISPATCH
   if constexpr (std::is_same<Scalar, float>::value) return static_cast<Entry>(&weighted_values);
+#endif
+  return static_cast<Entry>(nullptr);
+}
+template <class Scalar>
+constexpr auto pack_key_pairs_of() {
+  using Entry = void (*)(const bfloat16*, Index, Index, Index, std::uint32_t*);
+#ifdef ATTEND_X86_DISPATCH
+  if constexpr (std::is_same<Scalar, float>::value) return static_cast<Entry>(&pack_key_pairs);
+#endif
+  return static_cast<Entry>(nullptr);
+}
+template <class Scalar>
+constexpr auto pack_value_pairs_of() {
+  using Entry = void (*)(const bfloat16*, Index, Index, Index, std::uint32_t*);
+#ifdef ATTEND_X86_DISPATCH
+  if constexpr (std::is_same<Scalar, float>::value) return static_cast<Entry>(&pack_pairs_of_rows);
+#endif
+  return static_cast<Entry>(nullptr);
+}
+template <class Scalar>
+constexpr auto packed_scores_of() {
+  using Entry = void (*)(const bfloat16*, Index, Index, Index, const std::uint32_t*, Index, const Output<Scalar>&);
+#ifdef ATTEND_X86_DISPATCH
+  if constexpr (std::is_same<Scalar, float>::value) return static_cast<Entry>(&packed_scores);
+#endif
+  return static_cast<Entry>(nullptr);
+}
+template <class Scalar>
+constexpr auto rounded_weights_times_values_of() {
+  using Entry = void (*)(Scalar*, Index, Index, const std::uint32_t*, Index, const Output<Scalar>&);
+#ifdef ATTEND_X86_DISPATCH
+  if constexpr (std::is_same<Scalar, float>::value) return static_cast<Entry>(&rounded_weights_times_values);
 #endif
   return static_cast<Entry>(nullptr);
 }
