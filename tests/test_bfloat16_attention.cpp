@@ -245,6 +245,75 @@ TEST_CASE("Attention in bfloat16 against a KVCache<bfloat16>: grouped heads, a w
   }
 }
 
+TEST_CASE("Attention in bfloat16: a value of inf reaches only the queries that see its key", "[bfloat16]") {
+  // Causal, the last key's value inf: only the last query sees it, and its output is not finite (inf times a positive
+  // weight, or NaN); every other query's output is finite, through the path of a few queries and of many.
+  const Index queries = GENERATE(Index(4), Index(70));
+  CAPTURE(queries);
+  const Index batch = 1, length = 300, heads = 4, kv_heads = 1, d = 64;
+  const Tensor3<bfloat16> K = random_bf16(batch, length, kv_heads * d, 87);  // (1, 300, 64)
+  Tensor3<bfloat16> V = random_bf16(batch, length, kv_heads * d, 88);        // (1, 300, 64)
+  V(0, length - 1, 5) = bfloat16(INFINITY);
+  const Tensor3<bfloat16> Q = random_bf16(batch, queries, heads * d, 89);  // (1, queries, 256)
+  for (Isa isa : attend_test::bf16_levels()) {
+    CAPTURE(attend::isa_name(isa));
+    const ForcedLevel level(isa);
+    const Tensor3<bfloat16> O = attend::scaled_dot_product_attention(Q, K, V, heads, kv_heads, Mask::causal());
+    bool others_finite = true, last_finite = true;
+    for (Index q = 0; q < queries; ++q)
+      for (Index c = 0; c < heads * d; ++c) {
+        const bool finite = std::isfinite(static_cast<float>(O(0, q, c)));
+        if (q + 1 < queries) others_finite = others_finite && finite;
+        if (q + 1 == queries && c % d == 5) last_finite = last_finite && finite;
+      }
+    CHECK(others_finite);
+    CHECK_FALSE(last_finite);
+  }
+}
+
+TEST_CASE("Attention in bfloat16: a query that sees no key follows the mask's rule", "[bfloat16]") {
+  // Valid lengths {0, 300}: batch row 0 sees no key. FullyMasked::uniform gives d2l's mean of every value (in double:
+  // within (keys + 16) 2^-24 max |v|, then rounded, 2^-8 of it), FullyMasked::zero a zero row; batch row 1 sees every
+  // key, as with no mask. Through the path of a few queries and of many.
+  const Index queries = GENERATE(Index(4), Index(70));
+  const bool uniform = GENERATE(true, false);
+  CAPTURE(queries, uniform);
+  const Index batch = 2, length = 300, heads = 4, kv_heads = 2, d = 32;
+  const Tensor3<bfloat16> K = random_bf16(batch, length, kv_heads * d, 90);  // (2, 300, 64)
+  const Tensor3<bfloat16> V = random_bf16(batch, length, kv_heads * d, 91);  // (2, 300, 64)
+  const Tensor3<bfloat16> Q = random_bf16(batch, queries, heads * d, 92);    // (2, queries, 128)
+  const Mask mask = Mask{0, length}.when_fully_masked(uniform ? attend::FullyMasked::uniform : attend::FullyMasked::zero);
+  const std::array<Index, 3> second{1, 0, 0}, second_q{1, queries, heads * d}, second_kv{1, length, kv_heads * d};
+  const Tensor3<bfloat16> Q1 = Q.slice(second, second_q), K1 = K.slice(second, second_kv), V1 = V.slice(second, second_kv);
+  for (Isa isa : attend_test::bf16_levels()) {
+    CAPTURE(attend::isa_name(isa));
+    const ForcedLevel level(isa);
+    Tensor3<bfloat16> lse;
+    const Tensor3<bfloat16> O = attend::scaled_dot_product_attention(Q, K, V, heads, kv_heads, mask, {}, &lse);
+    double worst = 0;
+    for (Index h = 0; h < heads; ++h)
+      for (Index c = 0; c < d; ++c) {
+        const Index g = h / (heads / kv_heads);
+        double mean = 0, v_max = 0;
+        for (Index j = 0; j < length; ++j) {
+          mean += static_cast<double>(V(0, j, g * d + c)) / static_cast<double>(length);
+          v_max = std::max(v_max, std::abs(static_cast<double>(V(0, j, g * d + c))));
+        }
+        const double expected = uniform ? mean : 0.0;
+        const double computing = static_cast<double>(length + 16) * std::ldexp(1.0, -24) * v_max;
+        const double bound = computing + std::ldexp(1.0, -8) * (std::abs(expected) + computing);
+        for (Index q = 0; q < queries; ++q)
+          worst = std::max(worst, std::abs(static_cast<double>(O(0, q, h * d + c)) - expected) / bound);
+      }
+    CHECK(worst <= 1.0);
+    CHECK(std::isinf(static_cast<float>(lse(0, 0, 0))));
+    // Batch row 1 as its own call without a mask: the same arithmetic, so the same bits.
+    const Tensor3<bfloat16> alone = attend::scaled_dot_product_attention(Q1, K1, V1, heads, kv_heads);
+    const std::array<Index, 3> extent{1, queries, heads * d};
+    CHECK(same_bits(Tensor3<bfloat16>(O.slice(second, extent)), alone));
+  }
+}
+
 TEST_CASE("RotaryEmbedding<bfloat16>: each pair rotated in float, rounded once", "[bfloat16]") {
   // The definition: (x1 cos a - x2 sin a, x2 cos a + x1 sin a), a = p base^(-2i/d), in double on the same values.
   // Bound: cos and sin rounded to float (2^-24 each), two products and a sum in float (3 units), of |x1| + |x2|; then

@@ -8,7 +8,7 @@
 // head_dim), so appending a step copies only that step. GroupedQueryAttention's cached call appends its keys and
 // values (after the rotary embedding) and attends to everything held; a program may also fill a cache itself with
 // append() and pass it to scaled_dot_product_attention. A KVCache<bfloat16> holds half the bytes; attention reads
-// its steps widened to float.
+// them as stored where the CPU has bfloat16 dot products (avx512_bf16), widened to float elsewhere.
 //
 //   attend::KVCache<float> cache(1, 2, 64, 4096);   // batch 1, 2 key/value heads of 64, room for 4096 steps
 //   auto y = attention(prompt, cache);              // the prompt's steps, positions 0 .. n-1

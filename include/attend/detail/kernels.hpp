@@ -32,6 +32,7 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 namespace attend {
@@ -175,12 +176,14 @@ const Kernels<Scalar>& kernels_for(Isa isa) {
       ATTEND_KERNELS_OF(avx512, avx512::few_rows_projection_of<Scalar>(), avx512::few_rows_scores_of<Scalar>());
   static const Kernels<Scalar> avx512_bf16_kernels = [] {
     Kernels<Scalar> table = avx512_kernels;
-    table.bf16_scores = avx512_bf16::pairs_scores_of<Scalar>();
-    table.bf16_weighted_values = avx512_bf16::weighted_values_of<Scalar>();
-    table.bf16_pack_keys = avx512_bf16::pack_key_pairs_of<Scalar>();
-    table.bf16_pack_values = avx512_bf16::pack_value_pairs_of<Scalar>();
-    table.bf16_packed_scores = avx512_bf16::packed_scores_of<Scalar>();
-    table.bf16_rounded_weights_times_values = avx512_bf16::rounded_weights_times_values_of<Scalar>();
+    if constexpr (std::is_same<Scalar, float>::value) {  // attention on bfloat16 storage computes in float
+      table.bf16_scores = &avx512_bf16::pairs_scores;
+      table.bf16_weighted_values = &avx512_bf16::weighted_values;
+      table.bf16_pack_keys = &avx512_bf16::pack_key_pairs;
+      table.bf16_pack_values = &avx512_bf16::pack_pairs_of_rows;
+      table.bf16_packed_scores = &avx512_bf16::packed_scores;
+      table.bf16_rounded_weights_times_values = &avx512_bf16::rounded_weights_times_values;
+    }
     return table;
   }();
   if (isa == Isa::avx512_bf16) return avx512_bf16_kernels;

@@ -33,7 +33,6 @@
 #include <attend/tensor.hpp>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 #ifdef ATTEND_X86_DISPATCH
 
@@ -247,63 +246,3 @@ inline void rounded_weights_times_values(float* P, Index rows, Index n, const st
 ATTEND_TARGET_END
 
 #endif  // ATTEND_X86_DISPATCH
-
-namespace attend {
-inline namespace ATTEND_ABI {
-namespace detail {
-namespace avx512_bf16 {
-
-// The entries of the products on bfloat16 storage for a table of Scalar, or null: floats only.
-template <class Scalar>
-constexpr auto pairs_scores_of() {
-  using Entry = void (*)(const bfloat16*, Index, Index, Index, const bfloat16*, Index, Index, Index, Scalar*, Index);
-#ifdef ATTEND_X86_DISPATCH
-  if constexpr (std::is_same<Scalar, float>::value) return static_cast<Entry>(&pairs_scores);
-#endif
-  return static_cast<Entry>(nullptr);
-}
-template <class Scalar>
-constexpr auto weighted_values_of() {
-  using Entry = void (*)(const Scalar*, Index, Index, Index, const bfloat16*, Index, Index, Scalar*, Index);
-#ifdef ATTEND_X86_DISPATCH
-  if constexpr (std::is_same<Scalar, float>::value) return static_cast<Entry>(&weighted_values);
-#endif
-  return static_cast<Entry>(nullptr);
-}
-template <class Scalar>
-constexpr auto pack_key_pairs_of() {
-  using Entry = void (*)(const bfloat16*, Index, Index, Index, std::uint32_t*);
-#ifdef ATTEND_X86_DISPATCH
-  if constexpr (std::is_same<Scalar, float>::value) return static_cast<Entry>(&pack_key_pairs);
-#endif
-  return static_cast<Entry>(nullptr);
-}
-template <class Scalar>
-constexpr auto pack_value_pairs_of() {
-  using Entry = void (*)(const bfloat16*, Index, Index, Index, std::uint32_t*);
-#ifdef ATTEND_X86_DISPATCH
-  if constexpr (std::is_same<Scalar, float>::value) return static_cast<Entry>(&pack_pairs_of_rows);
-#endif
-  return static_cast<Entry>(nullptr);
-}
-template <class Scalar>
-constexpr auto packed_scores_of() {
-  using Entry = void (*)(const bfloat16*, Index, Index, Index, const std::uint32_t*, Index, const Output<Scalar>&);
-#ifdef ATTEND_X86_DISPATCH
-  if constexpr (std::is_same<Scalar, float>::value) return static_cast<Entry>(&packed_scores);
-#endif
-  return static_cast<Entry>(nullptr);
-}
-template <class Scalar>
-constexpr auto rounded_weights_times_values_of() {
-  using Entry = void (*)(Scalar*, Index, Index, const std::uint32_t*, Index, const Output<Scalar>&);
-#ifdef ATTEND_X86_DISPATCH
-  if constexpr (std::is_same<Scalar, float>::value) return static_cast<Entry>(&rounded_weights_times_values);
-#endif
-  return static_cast<Entry>(nullptr);
-}
-
-}  // namespace avx512_bf16
-}  // namespace detail
-}  // namespace ATTEND_ABI
-}  // namespace attend

@@ -41,6 +41,7 @@
 #include <attend/threads.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <type_traits>
@@ -264,6 +265,27 @@ struct ForwardScratch {
   }
 };
 
+// Whether every entry of the (n, columns) rows from V, rows ld apart, is finite: of bfloat16, its exponent bits not all
+// ones (the integer test, where bfloat16's own arithmetic would convert each entry to float and back).
+template <class Stored>
+bool rows_finite(const Stored* V, Index n, Index columns, Index ld) {
+  if constexpr (is_reduced<Stored>) {
+    constexpr std::uint16_t exponent = 0x7f80;
+    std::uint16_t not_finite = 0;  // exponent when some entry's exponent bits are all ones
+    for (Index j = 0; j < n; ++j) {
+      const Stored* v = V + j * ld;
+      for (Index c = 0; c < columns; ++c) {
+        std::uint16_t bits;
+        std::memcpy(&bits, v + c, sizeof bits);
+        not_finite |= static_cast<std::uint16_t>((bits & exponent) == exponent ? exponent : 0);
+      }
+    }
+    return not_finite == 0;
+  } else {
+    return all_finite(Eigen::Map<const Matrix<Stored>, 0, Eigen::OuterStride<>>(V, n, columns, Eigen::OuterStride<>(ld)));
+  }
+}
+
 // The online softmax of one block of query rows of the group over the keys [lo, hi): acc (group * rows, dv) rows dv
 // apart, m and l (group * rows) updated, row r = hh * rows + i for head hh of the group and query row i. keys: the
 // rows' visible keys.
@@ -274,9 +296,11 @@ struct ForwardScratch {
 // kernel, else transposed once), and all the group's weights times the block's values one product: the block of keys
 // and values is read once for the whole group. More rows: the blocks of
 // keys (as K^T) and of values are packed into the row kernel's micro-panels once, and each head of the group in turn
-// multiplies over them (a product of that many rows would otherwise pack its operand itself, once per head).
-// Either way a head none of whose rows sees a key of the block adds nothing for it (not 0 times the values, which
-// would turn a value's inf into NaN).
+// multiplies over them (a product of that many rows would otherwise pack its operand itself, once per head). Stored
+// in bfloat16, the blocks are packed into pairs (the table's bf16_pack_keys, bf16_pack_values) once for the group's
+// heads instead, and each head's weights are rounded to bfloat16 for their product with the values (as FlashAttention
+// and PyTorch's CPU kernel round them). Either way a head none of whose rows sees a key of the block adds nothing for
+// it (not 0 times the values, which would turn a value's inf into NaN).
 template <class Scalar, class Stored>
 void attend_keys(const Call<Scalar, Stored>& call, const Kernels<Scalar>& kernel, const PackedBlocks<Scalar>& packed,
                  Index b, Index g, Index q0, Index rows, Index lo, Index hi, const VisibleKeys* keys, Scalar* acc,
@@ -303,8 +327,7 @@ void attend_keys(const Call<Scalar, Stored>& call, const Kernels<Scalar>& kernel
       const auto [a, z] = keys[i].within(k0, n);
       every_key_seen = keys[i].is_range() && a == 0 && z == n;
     }
-    return every_key_seen || all_finite(Eigen::Map<const Matrix<Stored>, 0, Eigen::OuterStride<>>(
-                                 Vb, n, dv, Eigen::OuterStride<>(V.row_stride)));
+    return every_key_seen || rows_finite(Vb, n, dv, V.row_stride);
   };
   // out (count, dv) += P (count, n) times the block's n values, P's rows ldp apart.
   const auto add_values = [&](const Scalar* P, Index ldp, Index count, Index n, const Stored* Vb, Scalar* out) {
