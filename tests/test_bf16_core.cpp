@@ -38,6 +38,33 @@ constexpr double unit = 1.0 / (1 << 24);  // float's unit roundoff, 2^-24
 
 bool same_bf16(bfloat16 a, bfloat16 b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
+// A (rows, cols) row-major matrix of floats uniform in [low, high), from `generator`.
+Matrix<float> uniform_matrix(Index rows, Index cols, float low, float high, attend::Generator& generator) {
+  Matrix<float> M(rows, cols);
+  for (Index i = 0; i < M.size(); ++i) M.data()[i] = generator.uniform(low, high);
+  return M;
+}
+
+// The largest ratio over Y's first n columns of |Y - (Y0 + X K^T)| to the bound of a float sum of d exact products
+// (and the one addition to Y0): (d + 2) 2^-24 of the sum of their magnitudes. X (rows, d used), K (n, d used); Y0
+// null for a product stored rather than added.
+double worst_scores_ratio(const Matrix<bfloat16>& X, const Matrix<bfloat16>& K, Index d, Index n,
+                          const Matrix<float>& Y, const Matrix<float>* Y0) {
+  double worst = 0;
+  for (Index r = 0; r < X.rows(); ++r)
+    for (Index o = 0; o < n; ++o) {
+      double sum = Y0 != nullptr ? (*Y0)(r, o) : 0.0, magnitude = std::abs(sum);
+      for (Index k = 0; k < d; ++k) {
+        const double product = value(X(r, k)) * value(K(o, k));
+        sum += product;
+        magnitude += std::abs(product);
+      }
+      const double bound = static_cast<double>(d + 2) * unit * magnitude + 1e-30;
+      worst = std::max(worst, std::abs(static_cast<double>(Y(r, o)) - sum) / bound);
+    }
+  return worst;
+}
+
 }  // namespace
 
 TEST_CASE("bf16_scores gives X K^T of bfloat16 rows read in place, the same bits however the keys are split",
@@ -56,20 +83,7 @@ TEST_CASE("bf16_scores gives X K^T of bfloat16 rows read in place, the same bits
   const Matrix<bfloat16> K = random_bf16_matrix(n + extra, ldk, 2);     // (n + extra, ldk): the keys, d used
   Matrix<float> Y = Matrix<float>::Constant(rows, ldy, 7.0f);          // (rows, ldy)
   kernel.bf16_scores(X.data(), ldx, rows, d, K.data(), ldk, n, n + extra, Y.data(), ldy);
-  // The definition, and the bound of a float sum of d exact products: (d + 2) 2^-24 of the sum of their magnitudes.
-  double worst = 0;
-  for (Index r = 0; r < rows; ++r)
-    for (Index o = 0; o < n; ++o) {
-      double sum = 0, magnitude = 0;
-      for (Index k = 0; k < d; ++k) {
-        const double product = value(X(r, k)) * value(K(o, k));
-        sum += product;
-        magnitude += std::abs(product);
-      }
-      const double bound = static_cast<double>(d + 2) * unit * magnitude + 1e-30;
-      worst = std::max(worst, std::abs(static_cast<double>(Y(r, o)) - sum) / bound);
-    }
-  CHECK(worst <= 1.0);
+  CHECK(worst_scores_ratio(X, K, d, n, Y, nullptr) <= 1.0);
   CHECK((Y.rightCols(2).array() == 7.0f).all());
   // The first `split` keys in one call and the rest in another (available: only the keys that exist from there on).
   const Index split = n / 2;
@@ -92,11 +106,9 @@ TEST_CASE("bf16_weighted_values adds P V with bfloat16 values read in place, the
   CAPTURE(rows, columns, n);
   const Index ldp = n + 1, ldv = columns + 3, ldy = columns + 2;
   attend::Generator generator(3);
-  Matrix<float> P(rows, ldp);  // (rows, ldp): the weights, n used
-  for (Index i = 0; i < P.size(); ++i) P.data()[i] = generator.uniform(0.0f, 1.0f);
-  const Matrix<bfloat16> V = random_bf16_matrix(n, ldv, 4);  // (n, ldv): the values, `columns` used
-  Matrix<float> Y0(rows, ldy);                                // (rows, ldy): what the sum adds to
-  for (Index i = 0; i < Y0.size(); ++i) Y0.data()[i] = generator.uniform(-1.0f, 1.0f);
+  const Matrix<float> P = uniform_matrix(rows, ldp, 0.0f, 1.0f, generator);    // (rows, ldp): the weights, n used
+  const Matrix<bfloat16> V = random_bf16_matrix(n, ldv, 4);                     // (n, ldv): the values, `columns` used
+  const Matrix<float> Y0 = uniform_matrix(rows, ldy, -1.0f, 1.0f, generator);  // (rows, ldy): what the sum adds to
   Matrix<float> Y = Y0;
   kernel.bf16_weighted_values(P.data(), ldp, rows, n, V.data(), ldv, columns, Y.data(), ldy);
   // The definition, and the bound of a float chain of n multiply-adds: (n + 1) 2^-24 of the magnitudes it adds.
@@ -139,26 +151,11 @@ TEST_CASE("bf16_packed_scores gives X K^T from a block of keys packed into pairs
   std::vector<std::uint32_t> pairs(static_cast<std::size_t>((n + 15) / 16 * 16 * ((d + 1) / 2)));
   kernel.bf16_pack_keys(K.data(), ldk, n, d, pairs.data());
   attend::Generator generator(7);
-  Matrix<float> Y0(rows, ldy);  // (rows, ldy): what an added product adds to
-  for (Index i = 0; i < Y0.size(); ++i) Y0.data()[i] = generator.uniform(-1.0f, 1.0f);
-  Matrix<float> Y = Y0;
+  const Matrix<float> Y0 = uniform_matrix(rows, ldy, -1.0f, 1.0f, generator);  // what an added product adds to
+  Matrix<float> Y = Y0;                                                          // (rows, ldy)
   kernel.bf16_packed_scores(X.data(), ldx, rows, d, pairs.data(), n,
                             added ? attend::detail::y_added(Y.data(), ldy) : attend::detail::y_into(Y.data(), ldy));
-  // The definition, and the bound of a float sum of d exact products (and the one addition to Y): (d + 2) 2^-24 of
-  // the sum of their magnitudes.
-  double worst = 0;
-  for (Index r = 0; r < rows; ++r)
-    for (Index o = 0; o < n; ++o) {
-      double sum = added ? Y0(r, o) : 0.0, magnitude = std::abs(sum);
-      for (Index k = 0; k < d; ++k) {
-        const double product = value(X(r, k)) * value(K(o, k));
-        sum += product;
-        magnitude += std::abs(product);
-      }
-      const double bound = static_cast<double>(d + 2) * unit * magnitude + 1e-30;
-      worst = std::max(worst, std::abs(static_cast<double>(Y(r, o)) - sum) / bound);
-    }
-  CHECK(worst <= 1.0);
+  CHECK(worst_scores_ratio(X, K, d, n, Y, added ? &Y0 : nullptr) <= 1.0);
   CHECK(attend_test::same_bits(Matrix<float>(Y.rightCols(2)), Matrix<float>(Y0.rightCols(2))));
 }
 
@@ -175,14 +172,12 @@ TEST_CASE("bf16_rounded_weights_times_values adds round(P) V from a block of val
   CAPTURE(rows, n, dv);
   const Index ldv = dv + 3, ldy = dv + 2;
   attend::Generator generator(8);
-  Matrix<float> P(rows, n);  // (rows, n), rows n apart: the weights
-  for (Index i = 0; i < P.size(); ++i) P.data()[i] = generator.uniform(0.0f, 1.0f);
+  Matrix<float> P = uniform_matrix(rows, n, 0.0f, 1.0f, generator);  // (rows, n), rows n apart: the weights
   const Matrix<float> weights = P;
   const Matrix<bfloat16> V = random_bf16_matrix(n, ldv, 9);  // (n, ldv): the values, dv used
   std::vector<std::uint32_t> pairs(static_cast<std::size_t>((dv + 15) / 16 * 16 * ((n + 1) / 2)));
   kernel.bf16_pack_values(V.data(), ldv, n, dv, pairs.data());
-  Matrix<float> Y0(rows, ldy);  // (rows, ldy): what the product adds to
-  for (Index i = 0; i < Y0.size(); ++i) Y0.data()[i] = generator.uniform(-1.0f, 1.0f);
+  const Matrix<float> Y0 = uniform_matrix(rows, ldy, -1.0f, 1.0f, generator);  // (rows, ldy): what the product adds to
   Matrix<float> Y = Y0;
   kernel.bf16_rounded_weights_times_values(P.data(), rows, n, pairs.data(), dv, attend::detail::y_added(Y.data(), ldy));
   // Each weight rounded to bfloat16 (to nearest even, as bfloat16(float) rounds), in place: row i as n bfloat16 from

@@ -142,6 +142,15 @@ inline void narrowed_heads(Isa isa, const Heads<float>& wide, const Heads<bfloat
     for (Index h = 0; h < out.count; ++h)
       for (Index t = 0; t < out.length; ++t) narrow(isa, wide.at(b, h, t), out.dim, out.at(b, h, t));
 }
+// out = wide, and *lse (resized to (batch, queries, heads)) = wide_lse when lse is not null, each element rounded to
+// bfloat16 once; wide_lse: (batch, queries, heads) contiguous.
+inline void rounded_results(Isa isa, const Heads<float>& wide, const float* wide_lse, const Heads<bfloat16>& out,
+                            Tensor3<bfloat16>* lse) {
+  narrowed_heads(isa, wide, out);
+  if (lse == nullptr) return;
+  lse->resize(out.batch, out.length, out.count);
+  narrow(isa, wide_lse, lse->size(), lse->data());
+}
 template <class Element>
 Index heads_size(const Heads<Element>& X) {
   return X.batch * X.count * X.length * X.dim;
@@ -174,8 +183,8 @@ void attention_heads(const Heads<const Scalar>& Q, const Heads<const Scalar>& K,
 // Attention of bfloat16 heads, out and lse rounded once. On a level with bfloat16 dot products, for at most
 // decode_queries queries (a decoding step) or where they run at the multiply-add's rate (pairs_at_full_rate): the
 // float core reads Q, K and V in place (core::Call<float, bfloat16>), its output and lse in buffers.widened.
-// Otherwise the float core on widened copies in buffers.widened: Q is widened once; the keys and values in one piece, or, when chunks_keys, a chunk at a time into a buffer that stays in
-// cache, with no mask for the chunks every query sees whole and the call's causal mask for the last (aligned
+// Otherwise the float core on widened copies in buffers.widened: Q is widened once; the keys and values in one piece,
+// or, when chunks_keys, a chunk at a time into a buffer that stays in cache, with no mask for the chunks every query sees whole and the call's causal mask for the last (aligned
 // bottom-right on it, as on the whole). The chunks' outputs are merged in key order by their log-sum-exp:
 // O = (e^(L - M) O + e^(l - M) o) / (e^(L - M) + e^(l - M)), L = M + log(e^(L - M) + e^(l - M)), M = max(L, l).
 inline void reduced_attention_heads(const Heads<const bfloat16>& Q, const Heads<const bfloat16>& K,
@@ -193,11 +202,7 @@ inline void reduced_attention_heads(const Heads<const bfloat16>& Q, const Heads<
     const Heads<float> merged = compact_heads<float>(out, wide_out);
     core::forward(core::Call<float, bfloat16>{Q, K, V, &mask, rule, dropout}, merged,
                   lse != nullptr ? wide_out + o : nullptr, buffers);
-    narrowed_heads(isa, merged, out);
-    if (lse != nullptr) {
-      lse->resize(Q.batch, Q.length, Q.count);
-      narrow(isa, wide_out + o, rows, lse->data());
-    }
+    rounded_results(isa, merged, wide_out + o, out, lse);
     return;
   }
   const bool chunked = chunks_keys(Q, K, mask, options);
@@ -240,11 +245,7 @@ inline void reduced_attention_heads(const Heads<const bfloat16>& Q, const Heads<
     }
     first += count;
   } while (first < nk);
-  narrowed_heads(isa, merged, out);
-  if (lse != nullptr) {
-    lse->resize(Q.batch, nq, Q.count);
-    narrow(isa, merged_lse, rows, lse->data());
-  }
+  rounded_results(isa, merged, merged_lse, out, lse);
 }
 
 // The forward pass over checked heads views: out (batch, Q, H * dv); lse resized to (batch, Q, H) when not null.

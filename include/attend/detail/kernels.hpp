@@ -181,7 +181,7 @@ const Kernels<Scalar>& kernels_for(Isa isa) {
       table.bf16_weighted_values = &avx512_bf16::weighted_values;
       table.bf16_pack_keys = &avx512_bf16::pack_key_pairs;
       table.bf16_pack_values = &avx512_bf16::pack_pairs_of_rows;
-      table.bf16_packed_scores = &avx512_bf16::packed_scores;
+      table.bf16_packed_scores = &avx512_bf16::times_packed_float;
       table.bf16_rounded_weights_times_values = &avx512_bf16::rounded_weights_times_values;
     }
     return table;

@@ -36,19 +36,29 @@ inline namespace ATTEND_ABI {
 namespace detail {
 namespace avx512 {
 
-// The floats of X's interleaved copy on the stack: for each group of 4 steps, two packets (rows 0-3, rows 4-7).
-constexpr Index few_rows_copy_size = (tuning::few_rows_stack_in + 3) / 4 * 32;
+// The steps of a row that one lane group of the interleaved copy holds: 16 bytes, broadcast as one load of the other
+// operand's row (4 floats; 8 bfloat16, as 4 pairs).
+template <class Element>
+constexpr Index step_group = 16 / static_cast<Index>(sizeof(Element));
+// The elements of X's interleaved copy on the stack (up to few_rows_stack_in steps): for each group of steps, two
+// packets (rows 0-3, rows 4-7).
+template <class Element>
+constexpr Index interleaved_stack_size =
+    (tuning::few_rows_stack_in + step_group<Element> - 1) / step_group<Element> * 8 * step_group<Element>;
 
-// X (rows <= 8, in <= few_rows_max_in), rows ldx apart, interleaved by groups of 4 steps into quads (ceil(in / 4),
-// 2, 16): quads[j][h][4c + p] = X[4h + c, 4j + p], zero for 4h + c >= rows or 4j + p >= in.
-inline void interleave_step_quads(const float* X, Index ldx, Index rows, Index in, float* quads) {
-  const Index count = (in + 3) / 4;
-  std::memset(quads, 0, sizeof(float) * 32 * count);
+// X (rows <= 8, in <= few_rows_max_in), rows ldx apart, interleaved by groups of G = step_group steps into
+// (ceil(in / G), 2, 4 G): copy[j][h][G c + p] = X[4h + c, G j + p], zero for 4h + c >= rows or G j + p >= in. For
+// floats (G = 4) the quads few_rows_block reads.
+template <class Element>
+void interleave_steps(const Element* X, Index ldx, Index rows, Index in, Element* copy) {
+  constexpr Index G = step_group<Element>;
+  const Index count = (in + G - 1) / G;
+  std::memset(static_cast<void*>(copy), 0, sizeof(Element) * 8 * G * count);
   for (Index r = 0; r < rows; ++r) {
-    const float* x = X + r * ldx;
-    float* to = quads + 16 * (r / 4) + 4 * (r % 4);
-    for (Index j = 0; j < in / 4; ++j) std::memcpy(to + 32 * j, x + 4 * j, 4 * sizeof(float));
-    for (Index k = in / 4 * 4; k < in; ++k) to[32 * (in / 4) + k % 4] = x[k];
+    const Element* x = X + r * ldx;
+    Element* to = copy + 4 * G * (r / 4) + G * (r % 4);
+    for (Index j = 0; j < in / G; ++j) std::memcpy(static_cast<void*>(to + 8 * G * j), x + G * j, G * sizeof(Element));
+    for (Index k = in / G * G; k < in; ++k) to[8 * G * (in / G) + k % G] = x[k];
   }
 }
 
@@ -138,17 +148,20 @@ inline void few_rows_times_weight(const float* quads, Index rows, Index in, cons
     few_rows_times_weight_in<1>(quads, rows, in, W, ldw, out, bias, Y, ldy);
 }
 
-// X (rows <= 8, in), rows ldx apart, interleaved (interleave_step_quads) into on_stack when `in` is at most
-// few_rows_stack_in, else into a buffer kept by the calling thread (allocated once per width); where the copy is.
-inline const float* interleaved_quads(const float* X, Index ldx, Index rows, Index in, float* on_stack) {
-  static thread_local PacketBuffer<float> kept;
-  float* quads = on_stack;  // (ceil(in / 4), 2, 16)
+// X (rows <= 8, in), rows ldx apart, interleaved (interleave_steps) into on_stack (interleaved_stack_size elements)
+// when `in` is at most few_rows_stack_in, else into a buffer kept by the calling thread (allocated once per width);
+// where the copy is.
+template <class Element>
+const Element* interleaved_steps(const Element* X, Index ldx, Index rows, Index in, Element* on_stack) {
+  constexpr Index G = step_group<Element>;
+  static thread_local PacketBuffer<float> kept;  // the copy's bytes, as floats
+  Element* copy = on_stack;                      // (ceil(in / G), 2, 4 G)
   if (in > tuning::few_rows_stack_in) {
-    kept.resize((in + 3) / 4 * 32);
-    quads = kept.data();
+    kept.resize((in + G - 1) / G * 8 * G * static_cast<Index>(sizeof(Element)) / static_cast<Index>(sizeof(float)));
+    copy = reinterpret_cast<Element*>(kept.data());
   }
-  interleave_step_quads(X, ldx, rows, in, quads);
-  return quads;
+  interleave_steps(X, ldx, rows, in, copy);
+  return copy;
 }
 
 // One row of X (a decoding step): Y[o] = sum_k W[o, k] x[k] + bias[o] for outputs [0, out), W's rows (contiguous, in
@@ -187,9 +200,9 @@ inline void one_row_times_weight(const float* x, Index in, const float* W, Index
 // buffer kept by the calling thread (allocated once per width).
 inline void few_rows_projection(const float* X, Index ldx, Index rows, Index in, const Projection<float>* projections,
                                 Index count) {
-  alignas(64) float on_stack[few_rows_copy_size];
+  alignas(64) float on_stack[interleaved_stack_size<float>];
   // (ceil(in / 4), 2, 16): X's rows interleaved; one row is read as it is
-  const float* quads = rows > 1 ? interleaved_quads(X, ldx, rows, in, on_stack) : nullptr;
+  const float* quads = rows > 1 ? interleaved_steps(X, ldx, rows, in, on_stack) : nullptr;
   constexpr Index piece = tuning::few_rows_piece;
   Index pieces = 0;
   double weights = 0;  // W's entries read
@@ -227,8 +240,8 @@ void prefetch_rows(const Element* M, Index ld, Index first, Index last, Index wi
 // so that the multiply-adds overlap the reads from memory.
 inline void few_rows_scores(const float* X, Index ldx, Index rows, Index d, const float* K, Index ldk, Index n,
                             Index available, float* Y, Index ldy) {
-  alignas(64) float on_stack[few_rows_copy_size];
-  const float* quads = interleaved_quads(X, ldx, rows, d, on_stack);  // (ceil(d / 4), 2, 16)
+  alignas(64) float on_stack[interleaved_stack_size<float>];
+  const float* quads = interleaved_steps(X, ldx, rows, d, on_stack);  // (ceil(d / 4), 2, 16)
   constexpr Index block = 8, ahead = tuning::few_rows_prefetch_keys;
   for (Index o = 0; o < n; o += block) {
     prefetch_rows(K, ldk, o + ahead, std::min(o + ahead + block, available), d);

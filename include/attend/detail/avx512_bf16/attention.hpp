@@ -27,12 +27,10 @@
 #include <attend/detail/avx512/few_rows_projection.hpp>
 #include <attend/detail/avx512_bf16/products.hpp>
 #include <attend/detail/operands.hpp>
-#include <attend/detail/packet_buffer.hpp>
 #include <attend/detail/target.hpp>
 #include <attend/detail/tuning.hpp>
 #include <attend/tensor.hpp>
 #include <cstdint>
-#include <cstring>
 
 #ifdef ATTEND_X86_DISPATCH
 
@@ -41,19 +39,6 @@ namespace attend {
 inline namespace ATTEND_ABI {
 namespace detail {
 namespace avx512_bf16 {
-
-// X (rows <= 8, d), rows ldx apart, interleaved by groups of 8 steps into octets (ceil(d / 8), 2, 32):
-// octets[j][h][8c + e] = X[4h + c, 8j + e], zero for 4h + c >= rows or 8j + e >= d.
-inline void interleave_step_octets(const bfloat16* X, Index ldx, Index rows, Index d, bfloat16* octets) {
-  const Index count = (d + 7) / 8;
-  std::memset(static_cast<void*>(octets), 0, sizeof(bfloat16) * 64 * count);
-  for (Index r = 0; r < rows; ++r) {
-    const bfloat16* x = X + r * ldx;
-    bfloat16* to = octets + 32 * (r / 4) + 8 * (r % 4);
-    for (Index j = 0; j < d / 8; ++j) std::memcpy(static_cast<void*>(to + 64 * j), x + 8 * j, 8 * sizeof(bfloat16));
-    for (Index k = d / 8 * 8; k < d; ++k) to[64 * (d / 8) + k % 8] = x[k];
-  }
-}
 
 // Scores [0, R) of a block of keys for R <= 8: Y[r, o] = sum_k X[r, k] K[o, k], from X's octets; H packets of rows
 // (H = 2 when rows > 4). K: (R, d), rows ldk apart; Y rows ldy apart.
@@ -111,15 +96,9 @@ void pairs_scores_rest(Index rest, const bfloat16* octets, Index rows, Index d, 
 // to `available` rows from K (at least n: the keys that follow this block and will be read next).
 inline void pairs_scores(const bfloat16* X, Index ldx, Index rows, Index d, const bfloat16* K, Index ldk, Index n,
                          Index available, float* Y, Index ldy) {
-  constexpr Index on_stack_size = (tuning::few_rows_stack_in + 7) / 8 * 64;
-  alignas(64) bfloat16 on_stack[on_stack_size];
-  static thread_local PacketBuffer<float> kept;  // X's copy past few_rows_stack_in steps, as pairs
-  bfloat16* octets = on_stack;                   // (ceil(d / 8), 2, 32)
-  if (d > tuning::few_rows_stack_in) {
-    kept.resize((d + 7) / 8 * 32);
-    octets = reinterpret_cast<bfloat16*>(kept.data());
-  }
-  interleave_step_octets(X, ldx, rows, d, octets);
+  alignas(64) bfloat16 on_stack[avx512::interleaved_stack_size<bfloat16>];
+  // (ceil(d / 8), 2, 32): X's rows interleaved by groups of 8 steps, octets[j][h][8c + e] = X[4h + c, 8j + e]
+  const bfloat16* octets = avx512::interleaved_steps(X, ldx, rows, d, on_stack);
   constexpr Index block = 8, ahead = tuning::few_rows_prefetch_keys;
   for (Index o = 0; o < n; o += block) {
     avx512::prefetch_rows(K, ldk, o + ahead, std::min(o + ahead + block, available), d);
@@ -209,15 +188,9 @@ inline void weighted_values(const float* P, Index ldp, Index rows, Index n, cons
 }
 
 // A block of keys K (n, d), rows ldk apart, packed into pairs (pack_pairs: panels of 16 keys, a pair of steps in
-// each lane), for packed_scores.
+// each lane), for the scores X K^T by times_packed_float.
 inline void pack_key_pairs(const bfloat16* K, Index ldk, Index n, Index d, std::uint32_t* packed) {
   pack_pairs(K, ldk, n, d, 0, (n + panel_columns - 1) / panel_columns, packed);
-}
-
-// Y (rows, n) (+)= X (rows, d) K^T in float, X bfloat16 rows ldx apart, K packed by pack_key_pairs.
-inline void packed_scores(const bfloat16* X, Index ldx, Index rows, Index d, const std::uint32_t* keys, Index n,
-                          const Output<float>& Y) {
-  times_packed_float(X, ldx, rows, d, keys, n, Y);
 }
 
 // Y (rows, dv) (+)= round(P) V in float: P (rows, n) in float, rows n apart, rounded to bfloat16 in place first (to
